@@ -1,0 +1,97 @@
+package a2a
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// JSON-RPC 2.0 standard error codes and the A2A error codes (§9.5).
+const (
+	CodeParseError                   = -32700
+	CodeInvalidRequest               = -32600
+	CodeMethodNotFound               = -32601
+	CodeInvalidParams                = -32602
+	CodeInternalError                = -32603
+	CodeTaskNotFound                 = -32001
+	CodeTaskNotCancelable            = -32002
+	CodePushNotificationNotSupported = -32003
+	CodeUnsupportedOperation         = -32004
+	CodeContentTypeNotSupported      = -32005
+	CodeInvalidAgentResponse         = -32006
+	CodeVersionNotSupported          = -32009
+)
+
+// Request is a JSON-RPC 2.0 request.
+type Request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      string          `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params,omitempty"`
+}
+
+// Response is a JSON-RPC 2.0 response: exactly one of Result and Error.
+type Response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      string          `json:"id"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *RPCError       `json:"error,omitempty"`
+}
+
+// RPCError is a JSON-RPC error object. It is also a Go error so callers can
+// errors.As for it and inspect Code.
+type RPCError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *RPCError) Error() string {
+	return fmt.Sprintf("a2a: JSON-RPC error %d: %s", e.Code, e.Message)
+}
+
+// NewRequest builds a request envelope with params marshalled to JSON.
+func NewRequest(id, method string, params any) (*Request, error) {
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, err
+	}
+	return &Request{JSONRPC: "2.0", ID: id, Method: method, Params: b}, nil
+}
+
+// DecodeRequest strictly decodes a JSON-RPC request.
+func DecodeRequest(b []byte) (*Request, error) {
+	var r Request
+	if err := strictUnmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	if r.JSONRPC != "2.0" || r.Method == "" {
+		return nil, fmt.Errorf("%w: not a JSON-RPC 2.0 request", ErrDecode)
+	}
+	return &r, nil
+}
+
+// DecodeResponse strictly decodes a JSON-RPC response. A response carrying an
+// error is returned together with that *RPCError as the error.
+func DecodeResponse(b []byte) (*Response, error) {
+	var r Response
+	if err := strictUnmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	if r.JSONRPC != "2.0" {
+		return nil, fmt.Errorf("%w: not a JSON-RPC 2.0 response", ErrDecode)
+	}
+	if (r.Error == nil) == (r.Result == nil) {
+		return nil, fmt.Errorf("%w: a response carries exactly one of result, error", ErrDecode)
+	}
+	if r.Error != nil {
+		return &r, r.Error
+	}
+	return &r, nil
+}
+
+// IsCode reports whether err is an *RPCError with the given code.
+func IsCode(err error, code int) bool {
+	var e *RPCError
+	return errors.As(err, &e) && e.Code == code
+}

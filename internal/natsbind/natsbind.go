@@ -1,0 +1,150 @@
+// Package natsbind implements the A2A-over-NATS binding, version 1
+// (urn:a2ad:binding:nats:v1, written down in docs/nats-binding.md): subject
+// names, headers, and the request side used by a2ad to call an agent.
+//
+// Subjects:
+//
+//	a2a.agent.<agentId>.rpc           daemon -> agent, JSON-RPC 2.0 request/reply
+//	a2a.events.<agentId>.<taskId>     agent -> daemon, one A2A 1.0 stream item per message
+//	a2a.registry.register             agent -> daemon, card registration (request/reply)
+package natsbind
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/nats-io/nats.go"
+)
+
+// BindingURI identifies this binding in an agent card's
+// supportedInterfaces[].protocolBinding.
+const BindingURI = "urn:a2ad:binding:nats:v1"
+
+// Header names used by the binding.
+const (
+	HeaderA2AVersion  = "A2A-Version"
+	HeaderMsgID       = nats.MsgIdHdr // "Nats-Msg-Id": deduplicates event redelivery
+	HeaderTraceparent = "traceparent"
+)
+
+// RegisterSubject is where agents send their card registration.
+const RegisterSubject = "a2a.registry.register"
+
+// EventsWildcard matches every event subject; the events stream captures it.
+const EventsWildcard = "a2a.events.>"
+
+// ErrAgentOffline means no agent process is subscribed to the agent's RPC
+// subject (NATS "no responders").
+var ErrAgentOffline = errors.New("agent offline: no responder on its NATS subject")
+
+// ErrBadSubject is returned for a subject or id that is not a valid single
+// NATS token.
+var ErrBadSubject = errors.New("natsbind: invalid subject token")
+
+// RPCSubject returns a2a.agent.<agentId>.rpc.
+func RPCSubject(agentID string) string { return "a2a.agent." + agentID + ".rpc" }
+
+// AgentSubjects returns the wildcard an agent subscribes under,
+// a2a.agent.<agentId>.>.
+func AgentSubjects(agentID string) string { return "a2a.agent." + agentID + ".>" }
+
+// EventsSubject returns a2a.events.<agentId>.<taskId>.
+func EventsSubject(agentID, taskID string) string {
+	return "a2a.events." + agentID + "." + taskID
+}
+
+// ParseEventsSubject splits a2a.events.<agentId>.<taskId>.
+func ParseEventsSubject(subj string) (agentID, taskID string, err error) {
+	p := strings.Split(subj, ".")
+	if len(p) != 4 || p[0] != "a2a" || p[1] != "events" || p[2] == "" || p[3] == "" {
+		return "", "", fmt.Errorf("%w: %q is not a2a.events.<agentId>.<taskId>", ErrBadSubject, subj)
+	}
+	return p[2], p[3], nil
+}
+
+// ValidToken reports whether s can be one NATS subject token (and a KV key
+// part): 1..128 bytes of [A-Za-z0-9_-].
+func ValidToken(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// RegisterRequest is the body of a registration request.
+type RegisterRequest struct {
+	AgentID string          `json:"agentId"`
+	Card    json.RawMessage `json:"card"` // the exact bytes the agent sent: the fingerprint is over them
+}
+
+// RegisterResponse is the daemon's answer to a registration.
+type RegisterResponse struct {
+	AgentID     string `json:"agentId"`
+	Status      string `json:"status"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Client calls agents over the binding. Its zero value is not usable; build
+// one with NewClient.
+type Client struct {
+	nc  *nats.Conn
+	seq atomic.Uint64
+}
+
+// NewClient returns a Client over an established connection.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Call sends one JSON-RPC request to agentID and returns the result bytes.
+// Errors: [ErrAgentOffline] when nobody listens, context errors on timeout,
+// *a2a.RPCError when the agent answered with an error, errors wrapping
+// a2a.ErrDecode for a malformed reply.
+func (c *Client) Call(ctx context.Context, agentID, method string, params any, hdr nats.Header) ([]byte, error) {
+	id := fmt.Sprintf("%d", c.seq.Add(1))
+	req, err := a2a.NewRequest(id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(RPCSubject(agentID))
+	msg.Data = body
+	for k, v := range hdr {
+		msg.Header[k] = v
+	}
+	msg.Header.Set(HeaderA2AVersion, a2a.Version)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("%w (%s)", ErrAgentOffline, agentID)
+		}
+		return nil, err
+	}
+	resp, err := a2a.DecodeResponse(reply.Data)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ID != id {
+		return nil, fmt.Errorf("%w: response id %q does not match request id %q", a2a.ErrDecode, resp.ID, id)
+	}
+	return resp.Result, nil
+}

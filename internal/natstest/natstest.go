@@ -1,0 +1,39 @@
+// Package natstest starts a real embedded NATS server with JetStream for
+// tests: random loopback port, temp store dir, shut down at test end.
+package natstest
+
+import (
+	"testing"
+
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Start returns a running server, a connection to it and its JetStream.
+func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxMemory: 64 << 20, MaxStore: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc := Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, nc, js
+}
+
+// Connect opens another client connection, closed at test end.
+func Connect(t testing.TB, s *server.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
