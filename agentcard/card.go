@@ -1,0 +1,398 @@
+// Package agentcard holds A2A 1.0 Agent Cards as a2ad receives them: the card
+// type, its strict parser and validator, the canonical fingerprint an operator
+// approves, and the [Registry] that decides, per agent, whether a2ad may
+// delegate to it and which tenants may see it.
+//
+// Source: A2A specification 1.0 (a2aproject/A2A, docs/specification.md §4.4
+// "Agent discovery objects" and specification/a2a.proto AgentCard). Cards are
+// read in their ProtoJSON (camelCase) shape; the 0.3 shape (top-level url,
+// preferredTransport, additionalInterfaces) is refused for now.
+package agentcard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/natsbind"
+)
+
+// Size caps applied to every card, in bytes or counts.
+const (
+	// MaxCardBytes bounds the raw card given to [Parse] and [Fingerprint].
+	MaxCardBytes = 64 << 10
+	// MaxSkills bounds len(Card.Skills).
+	MaxSkills = 64
+	// MaxStringBytes bounds every string field of the card, list items included.
+	MaxStringBytes = 4 << 10
+)
+
+// Card is an A2A 1.0 Agent Card (A2A 1.0 §4.4.1, a2a.proto AgentCard) in its
+// ProtoJSON shape. Opaque members (security schemes, security requirements,
+// extensions, signatures) are kept as raw JSON objects: a2ad does not act on
+// them yet, and the fingerprint is computed over the raw card anyway.
+type Card struct {
+	Name                 string                     `json:"name"`
+	Description          string                     `json:"description"`
+	SupportedInterfaces  []Interface                `json:"supportedInterfaces"`
+	Provider             *Provider                  `json:"provider,omitempty"`
+	Version              string                     `json:"version"`
+	DocumentationURL     string                     `json:"documentationUrl,omitempty"`
+	Capabilities         Capabilities               `json:"capabilities"`
+	SecuritySchemes      map[string]json.RawMessage `json:"securitySchemes,omitempty"`
+	SecurityRequirements []json.RawMessage          `json:"securityRequirements,omitempty"`
+	DefaultInputModes    []string                   `json:"defaultInputModes"`
+	DefaultOutputModes   []string                   `json:"defaultOutputModes"`
+	Skills               []Skill                    `json:"skills"`
+	Signatures           []json.RawMessage          `json:"signatures,omitempty"`
+	IconURL              string                     `json:"iconUrl,omitempty"`
+}
+
+// Interface is one entry of supportedInterfaces (a2a.proto AgentInterface):
+// where the agent listens, over which protocol binding, speaking which A2A
+// version. The first entry is the agent's preferred one.
+type Interface struct {
+	URL             string `json:"url"`
+	ProtocolBinding string `json:"protocolBinding"`
+	ProtocolVersion string `json:"protocolVersion"`
+	Tenant          string `json:"tenant,omitempty"`
+}
+
+// Capabilities is a2a.proto AgentCapabilities. A nil pointer means the card
+// does not say.
+type Capabilities struct {
+	Streaming         *bool             `json:"streaming,omitempty"`
+	PushNotifications *bool             `json:"pushNotifications,omitempty"`
+	ExtendedAgentCard *bool             `json:"extendedAgentCard,omitempty"`
+	Extensions        []json.RawMessage `json:"extensions,omitempty"`
+}
+
+// Skill is a2a.proto AgentSkill. Tags is required but may be empty; a nil
+// Tags means the card omitted it.
+type Skill struct {
+	ID                   string            `json:"id"`
+	Name                 string            `json:"name"`
+	Description          string            `json:"description"`
+	Tags                 []string          `json:"tags"`
+	Examples             []string          `json:"examples,omitempty"`
+	InputModes           []string          `json:"inputModes,omitempty"`
+	OutputModes          []string          `json:"outputModes,omitempty"`
+	SecurityRequirements []json.RawMessage `json:"securityRequirements,omitempty"`
+}
+
+// Provider is a2a.proto AgentProvider; when present, both fields are
+// required.
+type Provider struct {
+	URL          string `json:"url"`
+	Organization string `json:"organization"`
+}
+
+// ValidationError reports why a card was refused. Pointer is an RFC 6901
+// JSON pointer to the member at fault ("" for the whole card); Reason says
+// what is wrong with it, for example "required" or "unknown field".
+type ValidationError struct {
+	Pointer string
+	Reason  string
+}
+
+// Error returns "agentcard: <pointer>: <reason>", or "agentcard: <reason>"
+// when the fault is the whole card. A pointer built from untrusted member
+// names is quoted and shortened so that it cannot forge log lines.
+func (e *ValidationError) Error() string {
+	if e.Pointer == "" {
+		return "agentcard: " + e.Reason
+	}
+	return "agentcard: " + displayPointer(e.Pointer) + ": " + e.Reason
+}
+
+func displayPointer(p string) string {
+	const max = 200
+	if len(p) > max {
+		return strconv.Quote(p[:max]) + "…"
+	}
+	if q := strconv.Quote(p); q[1:len(q)-1] != p {
+		return q
+	}
+	return p
+}
+
+func invalid(ptr, format string, args ...any) *ValidationError {
+	return &ValidationError{Pointer: ptr, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Parse decodes and validates one A2A 1.0 agent card. It refuses, as a
+// *[ValidationError]: cards over [MaxCardBytes]; input that is not a JSON
+// object or that RFC 8785 cannot canonicalize (duplicate member names, lone
+// surrogates, invalid UTF-8, out-of-range numbers), so that a parsed card
+// always has a [Fingerprint]; members the 1.0 card does not define, at any
+// depth, with their pointer; members of the wrong JSON type; and everything
+// [Card.Validate] refuses. JSON null counts as an absent member.
+func Parse(raw []byte) (*Card, error) {
+	c, _, err := parse(raw)
+	return c, err
+}
+
+// parse is Parse that also returns the card's fingerprint, which it has to
+// compute anyway to prove the card canonicalizes.
+func parse(raw []byte) (*Card, string, error) {
+	if len(raw) > MaxCardBytes {
+		return nil, "", invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
+	}
+	var syntax json.RawMessage
+	if err := json.Unmarshal(raw, &syntax); err != nil {
+		return nil, "", invalid("", "invalid JSON: %v", err)
+	}
+	fp, err := fingerprint(raw)
+	if err != nil {
+		return nil, "", err
+	}
+	c, capsPresent, err := decodeCard(raw)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := c.validate(capsPresent); err != nil {
+		return nil, "", err
+	}
+	return c, fp, nil
+}
+
+// Validate checks the rules of A2A 1.0 §4.4.1 and a2ad's caps; it returns
+// the first fault, in a2a.proto field order, as a *[ValidationError]:
+//
+//   - required and non-empty: name, description, version,
+//     supportedInterfaces (each with url, protocolBinding, protocolVersion),
+//     defaultInputModes, defaultOutputModes, skills (each with id, name,
+//     description); tags must be present (non-nil) but may be empty;
+//     provider, when present, needs url and organization;
+//   - skill ids are unique; at most [MaxSkills] skills;
+//   - interface URLs are absolute, with a host and no user info, and use
+//     https, http, nats or grpc; provider.url, documentationUrl and iconUrl
+//     likewise with https or http;
+//   - every string is at most [MaxStringBytes];
+//   - opaque members (securitySchemes values, securityRequirements,
+//     extensions, signatures) are JSON objects.
+//
+// Validate cannot tell an absent capabilities member from an empty one;
+// [Parse] does.
+func (c *Card) Validate() error { return c.validate(true) }
+
+var (
+	interfaceSchemes = []string{"https", "http", "nats", "grpc"}
+	webSchemes       = []string{"https", "http"}
+)
+
+func (c *Card) validate(capsPresent bool) error {
+	if err := requiredString("/name", c.Name); err != nil {
+		return err
+	}
+	if err := requiredString("/description", c.Description); err != nil {
+		return err
+	}
+	if len(c.SupportedInterfaces) == 0 {
+		return invalid("/supportedInterfaces", "required")
+	}
+	for i, in := range c.SupportedInterfaces {
+		p := "/supportedInterfaces/" + strconv.Itoa(i)
+		if err := requiredURL(p+"/url", in.URL, interfaceSchemes); err != nil {
+			return err
+		}
+		if err := requiredString(p+"/protocolBinding", in.ProtocolBinding); err != nil {
+			return err
+		}
+		if err := requiredString(p+"/protocolVersion", in.ProtocolVersion); err != nil {
+			return err
+		}
+		if err := checkLen(p+"/tenant", in.Tenant); err != nil {
+			return err
+		}
+	}
+	if c.Provider != nil {
+		if err := requiredURL("/provider/url", c.Provider.URL, webSchemes); err != nil {
+			return err
+		}
+		if err := requiredString("/provider/organization", c.Provider.Organization); err != nil {
+			return err
+		}
+	}
+	if err := requiredString("/version", c.Version); err != nil {
+		return err
+	}
+	if c.DocumentationURL != "" {
+		if err := requiredURL("/documentationUrl", c.DocumentationURL, webSchemes); err != nil {
+			return err
+		}
+	}
+	if !capsPresent {
+		return invalid("/capabilities", "required")
+	}
+	if err := objects("/capabilities/extensions", c.Capabilities.Extensions); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.SecuritySchemes)) {
+		if !isObject(c.SecuritySchemes[name]) {
+			return invalid("/securitySchemes/"+escapePointer(name), "must be an object")
+		}
+	}
+	if err := objects("/securityRequirements", c.SecurityRequirements); err != nil {
+		return err
+	}
+	if err := requiredStrings("/defaultInputModes", c.DefaultInputModes); err != nil {
+		return err
+	}
+	if err := requiredStrings("/defaultOutputModes", c.DefaultOutputModes); err != nil {
+		return err
+	}
+	if err := c.validateSkills(); err != nil {
+		return err
+	}
+	if err := objects("/signatures", c.Signatures); err != nil {
+		return err
+	}
+	if c.IconURL != "" {
+		if err := requiredURL("/iconUrl", c.IconURL, webSchemes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Card) validateSkills() error {
+	if len(c.Skills) == 0 {
+		return invalid("/skills", "required")
+	}
+	if len(c.Skills) > MaxSkills {
+		return invalid("/skills", "%d skills, more than %d", len(c.Skills), MaxSkills)
+	}
+	seen := make(map[string]int, len(c.Skills))
+	for i, s := range c.Skills {
+		p := "/skills/" + strconv.Itoa(i)
+		if err := requiredString(p+"/id", s.ID); err != nil {
+			return err
+		}
+		if j, dup := seen[s.ID]; dup {
+			return invalid(p+"/id", "duplicate skill id (also /skills/%d)", j)
+		}
+		seen[s.ID] = i
+		if err := requiredString(p+"/name", s.Name); err != nil {
+			return err
+		}
+		if err := requiredString(p+"/description", s.Description); err != nil {
+			return err
+		}
+		if s.Tags == nil {
+			return invalid(p+"/tags", "required")
+		}
+		for _, list := range []struct {
+			field string
+			items []string
+		}{{"/tags", s.Tags}, {"/examples", s.Examples}, {"/inputModes", s.InputModes}, {"/outputModes", s.OutputModes}} {
+			for k, v := range list.items {
+				if err := checkLen(p+list.field+"/"+strconv.Itoa(k), v); err != nil {
+					return err
+				}
+			}
+		}
+		if err := objects(p+"/securityRequirements", s.SecurityRequirements); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkLen(ptr, s string) error {
+	if len(s) > MaxStringBytes {
+		return invalid(ptr, "%d bytes, more than %d", len(s), MaxStringBytes)
+	}
+	return nil
+}
+
+func requiredString(ptr, s string) error {
+	if s == "" {
+		return invalid(ptr, "required")
+	}
+	return checkLen(ptr, s)
+}
+
+func requiredStrings(ptr string, list []string) error {
+	if len(list) == 0 {
+		return invalid(ptr, "required")
+	}
+	for i, s := range list {
+		if err := requiredString(ptr+"/"+strconv.Itoa(i), s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func requiredURL(ptr, s string, schemes []string) error {
+	if err := requiredString(ptr, s); err != nil {
+		return err
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return invalid(ptr, "not a valid URL")
+	}
+	ok := false
+	for _, scheme := range schemes {
+		ok = ok || u.Scheme == scheme
+	}
+	switch {
+	case !ok:
+		return invalid(ptr, "scheme %q is not allowed (want %s)", truncate(u.Scheme, 32), strings.Join(schemes, ", "))
+	case u.Host == "":
+		return invalid(ptr, "must be an absolute URL with a host")
+	case u.User != nil:
+		return invalid(ptr, "must not carry user info")
+	}
+	return nil
+}
+
+func objects(ptr string, list []json.RawMessage) error {
+	for i, v := range list {
+		if !isObject(v) {
+			return invalid(ptr+"/"+strconv.Itoa(i), "must be an object")
+		}
+	}
+	return nil
+}
+
+func isObject(v json.RawMessage) bool {
+	t := bytes.TrimLeft(v, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && json.Valid(v)
+}
+
+// Skill returns the card's skill with the given id.
+func (c *Card) Skill(id string) (*Skill, bool) {
+	for i := range c.Skills {
+		if c.Skills[i].ID == id {
+			return &c.Skills[i], true
+		}
+	}
+	return nil, false
+}
+
+// NATSInterface returns the first of the card's supportedInterfaces that
+// speaks a2ad's NATS binding: protocolBinding [natsbind.BindingURI] and
+// protocolVersion "1.0". Only such an agent can receive delegations.
+func NATSInterface(c *Card) (Interface, bool) {
+	for _, in := range c.SupportedInterfaces {
+		if in.ProtocolBinding == natsbind.BindingURI && in.ProtocolVersion == a2a.Version {
+			return in, true
+		}
+	}
+	return Interface{}, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

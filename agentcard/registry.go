@@ -1,0 +1,463 @@
+package agentcard
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the JetStream key-value bucket holding one [Record] per agent,
+// keyed by agent id. Every a2ad instance on a NATS cluster shares it.
+const Bucket = "a2ad_agents"
+
+// Status is an agent's standing with the operator.
+type Status string
+
+const (
+	// StatusApproved: the card's fingerprint is the approved one.
+	StatusApproved Status = "approved"
+	// StatusPending: no fingerprint approved yet. A pending agent is
+	// invisible to every tenant.
+	StatusPending Status = "pending"
+	// StatusQuarantined: the card changed after approval, or an operator
+	// quarantined the agent. It stays quarantined, whatever it registers
+	// next, until [Registry.Approve].
+	StatusQuarantined Status = "quarantined"
+)
+
+// AgentConfig is the operator's configuration of one agent. Tenants are the
+// only source of an agent's visibility: nothing the agent or its card says
+// changes them.
+type AgentConfig struct {
+	// ID is the agent id: the subject of the agent's credential and its NATS
+	// subject token (natsbind.ValidToken).
+	ID string `yaml:"id"`
+	// Tenants may see and delegate to the agent once it is approved.
+	Tenants []string `yaml:"tenants"`
+	// TrustOnFirstUse approves the first card the agent registers when no
+	// fingerprint is approved yet.
+	TrustOnFirstUse bool `yaml:"trust_on_first_use"`
+	// ApprovedFingerprint pins a card, as [Fingerprint] computes it.
+	ApprovedFingerprint string `yaml:"approved_fingerprint"`
+}
+
+// Record is what the registry knows of one agent, stored as JSON in [Bucket]
+// under the agent id.
+type Record struct {
+	AgentID string `json:"agent_id"`
+	// Card is the last card the agent registered, compacted (insignificant
+	// whitespace removed).
+	Card json.RawMessage `json:"card"`
+	// Fingerprint is Card's [Fingerprint].
+	Fingerprint string `json:"fingerprint"`
+	// ApprovedFingerprint is the fingerprint last approved, by an operator,
+	// by configuration or by trust on first use. It is kept through a
+	// quarantine.
+	ApprovedFingerprint string `json:"approved_fingerprint,omitempty"`
+	Status              Status `json:"status"`
+	StatusReason        string `json:"status_reason,omitempty"`
+	// Tenants are those of the agent's configuration, as this registry has
+	// it; empty for an agent that is not configured.
+	Tenants []string `json:"tenants,omitempty"`
+	// Delegable is true when Status is approved and the card has a
+	// [NATSInterface]; otherwise NotDelegableReason says why not.
+	Delegable          bool      `json:"delegable"`
+	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
+	RegisteredAt       time.Time `json:"registered_at"`
+	UpdatedAt          time.Time `json:"updated_at"`
+}
+
+// ErrAgentNotFound means the agent is not registered, or not visible to the
+// tenant asking: the two are indistinguishable on purpose.
+var ErrAgentNotFound = errors.New("agentcard: agent not found")
+
+// ErrSkillNotFound means the agent's card has no skill with the requested id.
+var ErrSkillNotFound = errors.New("agentcard: skill not found")
+
+// ErrFingerprintMismatch means an approval named a fingerprint that is not
+// the one of the agent's current card.
+var ErrFingerprintMismatch = errors.New("agentcard: fingerprint is not the current card's")
+
+// NotDelegableError refuses a delegation to a visible agent that cannot take
+// one; Reason is the record's NotDelegableReason.
+type NotDelegableError struct {
+	AgentID string
+	Reason  string
+}
+
+func (e *NotDelegableError) Error() string {
+	return "agent " + e.AgentID + " is not delegable: " + e.Reason
+}
+
+// casAttempts bounds the writes of one change: the first try and 5 retries
+// after a concurrent write won the compare-and-swap.
+const casAttempts = 6
+
+// Registry decides which agents a2ad may delegate to. Its records live in
+// JetStream KV and every read goes there, so several instances sharing the
+// bucket agree; writes are compare-and-swap on the key's revision. A
+// Registry is safe for concurrent use.
+type Registry struct {
+	kv     jetstream.KeyValue
+	agents map[string]AgentConfig
+}
+
+// NewRegistry creates or updates [Bucket] (file storage, history 5,
+// max(1, replicas) replicas) and returns a registry applying cfg. cfg is
+// checked: ids must be valid NATS tokens and unique, tenant names non-empty,
+// approved fingerprints shaped as [Fingerprint] returns them.
+func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig, replicas int) (*Registry, error) {
+	agents := make(map[string]AgentConfig, len(cfg))
+	for i, a := range cfg {
+		switch {
+		case !natsbind.ValidToken(a.ID):
+			return nil, fmt.Errorf("agentcard: agents[%d]: id %q is not 1..128 of [A-Za-z0-9_-]", i, truncate(a.ID, 64))
+		case a.ApprovedFingerprint != "" && !validFingerprint(a.ApprovedFingerprint):
+			return nil, fmt.Errorf("agentcard: agent %s: approved_fingerprint %q is not sha256:<64 lowercase hex>", a.ID, truncate(a.ApprovedFingerprint, 80))
+		case slices.Contains(a.Tenants, ""):
+			return nil, fmt.Errorf("agentcard: agent %s: empty tenant name", a.ID)
+		}
+		if _, dup := agents[a.ID]; dup {
+			return nil, fmt.Errorf("agentcard: agent %s configured twice", a.ID)
+		}
+		a.Tenants = slices.Clone(a.Tenants)
+		agents[a.ID] = a
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "a2ad agent registry: agent cards, fingerprints, approvals",
+		History:     5,
+		Replicas:    max(1, replicas),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agentcard: bucket %s: %w", Bucket, err)
+	}
+	return &Registry{kv: kv, agents: agents}, nil
+}
+
+// Register records the card an agent presents, raw being the exact bytes it
+// sent, and returns the resulting record. agentID must satisfy
+// natsbind.ValidToken (else an error wrapping natsbind.ErrBadSubject); raw
+// must [Parse] (else its *[ValidationError]). The status follows from the
+// configuration and from what is stored:
+//
+//   - a quarantined agent stays quarantined;
+//   - a card whose fingerprint is approved (in the record or in the
+//     configuration) is approved;
+//   - with no fingerprint approved at all, a configured agent with
+//     trust_on_first_use is approved at this card, any other is pending;
+//   - otherwise the card changed since approval: quarantined, keeping the
+//     approved fingerprint.
+//
+// Registering the current card again changes only UpdatedAt. Concurrent
+// registrations are serialized by compare-and-swap; Register retries up to 5
+// times after losing a race.
+func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
+	if !natsbind.ValidToken(agentID) {
+		return nil, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
+	}
+	card, fp, err := parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	// Stored compact, as the record's JSON encoding would anyway; returned
+	// records then equal stored ones.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return nil, err
+	}
+	raw = compact.Bytes()
+	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
+		return r.registration(old, agentID, raw, card, fp, now), nil
+	})
+}
+
+func (r *Registry) registration(old *Record, agentID string, raw []byte, card *Card, fp string, now time.Time) *Record {
+	ac, configured := r.agents[agentID]
+	rec := &Record{AgentID: agentID, Card: raw, Fingerprint: fp, RegisteredAt: now, UpdatedAt: now}
+	if old != nil {
+		rec.RegisteredAt = old.RegisteredAt
+		rec.ApprovedFingerprint = old.ApprovedFingerprint
+		if old.Fingerprint == fp {
+			rec.Card = old.Card
+		}
+	}
+	changed := func(approved string) string {
+		return fmt.Sprintf("card changed since approval (approved %s, presented %s)", approved, fp)
+	}
+	switch {
+	case old != nil && old.Status == StatusQuarantined:
+		// Only an operator lifts a quarantine: otherwise an agent could
+		// leave one by presenting its approved card again.
+		rec.Status, rec.StatusReason = StatusQuarantined, old.StatusReason
+		if fp != old.Fingerprint && fp != rec.ApprovedFingerprint && rec.ApprovedFingerprint != "" {
+			rec.StatusReason = changed(rec.ApprovedFingerprint)
+		}
+	case fp == rec.ApprovedFingerprint || fp == ac.ApprovedFingerprint:
+		rec.Status, rec.ApprovedFingerprint = StatusApproved, fp
+	case rec.ApprovedFingerprint == "" && ac.ApprovedFingerprint == "":
+		switch {
+		case configured && ac.TrustOnFirstUse:
+			rec.Status, rec.ApprovedFingerprint = StatusApproved, fp
+		case configured:
+			rec.Status, rec.StatusReason = StatusPending, "awaiting operator approval"
+		default:
+			rec.Status, rec.StatusReason = StatusPending, "not configured; awaiting operator approval"
+		}
+	default:
+		if rec.ApprovedFingerprint == "" {
+			rec.ApprovedFingerprint = ac.ApprovedFingerprint
+		}
+		rec.Status, rec.StatusReason = StatusQuarantined, changed(rec.ApprovedFingerprint)
+	}
+	r.derive(rec, card)
+	return rec
+}
+
+// derive sets what follows from the record's status, its card and the
+// configuration.
+func (r *Registry) derive(rec *Record, card *Card) {
+	rec.Tenants = slices.Clone(r.agents[rec.AgentID].Tenants)
+	rec.Delegable, rec.NotDelegableReason = false, ""
+	switch {
+	case rec.Status != StatusApproved:
+		rec.NotDelegableReason = string(rec.Status)
+		if rec.StatusReason != "" {
+			rec.NotDelegableReason += ": " + rec.StatusReason
+		}
+	case !hasNATSInterface(card):
+		rec.NotDelegableReason = "card has no supportedInterfaces entry with protocolBinding " +
+			natsbind.BindingURI + " and protocolVersion " + a2a.Version
+	default:
+		rec.Delegable = true
+	}
+}
+
+func hasNATSInterface(c *Card) bool {
+	_, ok := NATSInterface(c)
+	return ok
+}
+
+// Approve approves the agent's current card: fingerprint must be the
+// record's Fingerprint (else an error wrapping [ErrFingerprintMismatch]).
+// The agent becomes approved, also out of pending or quarantined. Approving
+// an agent that is not configured pins its card but shows it to no tenant
+// until the configuration names it.
+func (r *Registry) Approve(ctx context.Context, agentID, fingerprint string) (*Record, error) {
+	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
+		if old == nil {
+			return nil, ErrAgentNotFound
+		}
+		if fingerprint != old.Fingerprint {
+			return nil, fmt.Errorf("%w: agent %s presents %s, not %s", ErrFingerprintMismatch, agentID, old.Fingerprint, truncate(fingerprint, 80))
+		}
+		rec := *old
+		rec.Status, rec.StatusReason, rec.ApprovedFingerprint, rec.UpdatedAt = StatusApproved, "", fingerprint, now
+		return &rec, r.deriveStored(&rec)
+	})
+}
+
+// Quarantine stops delegations to the agent until [Registry.Approve]; reason
+// (default "quarantined by operator") becomes the StatusReason. The approved
+// fingerprint is kept.
+func (r *Registry) Quarantine(ctx context.Context, agentID, reason string) (*Record, error) {
+	if reason == "" {
+		reason = "quarantined by operator"
+	}
+	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
+		if old == nil {
+			return nil, ErrAgentNotFound
+		}
+		rec := *old
+		rec.Status, rec.StatusReason, rec.UpdatedAt = StatusQuarantined, reason, now
+		return &rec, r.deriveStored(&rec)
+	})
+}
+
+// deriveStored is derive for a record whose card comes from the store.
+func (r *Registry) deriveStored(rec *Record) error {
+	card, err := Parse(rec.Card)
+	if err != nil {
+		return fmt.Errorf("agentcard: stored card of %s: %w", rec.AgentID, err)
+	}
+	r.derive(rec, card)
+	return nil
+}
+
+// change applies next to the agent's stored record (nil when there is none)
+// and writes the result with compare-and-swap, retrying on a lost race.
+func (r *Registry) change(ctx context.Context, agentID string, next func(old *Record, now time.Time) (*Record, error)) (*Record, error) {
+	if !natsbind.ValidToken(agentID) {
+		return nil, ErrAgentNotFound
+	}
+	var lost error
+	for attempt := range casAttempts {
+		if attempt > 0 {
+			// Jitter spreads contenders apart so that each retry is likely to win.
+			t := time.NewTimer(rand.N(time.Duration(attempt) * 2 * time.Millisecond))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		}
+		old, rev, err := r.load(ctx, agentID)
+		if err != nil && !errors.Is(err, ErrAgentNotFound) {
+			return nil, err
+		}
+		rec, err := next(old, time.Now().UTC())
+		if err != nil {
+			return nil, err
+		}
+		body, err := encodeRecord(rec)
+		if err != nil {
+			return nil, err
+		}
+		if old == nil {
+			_, err = r.kv.Create(ctx, agentID, body)
+		} else {
+			_, err = r.kv.Update(ctx, agentID, body, rev)
+		}
+		if err == nil {
+			return rec, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return nil, fmt.Errorf("agentcard: write %s: %w", agentID, err)
+		}
+		lost = err
+	}
+	return nil, fmt.Errorf("agentcard: write %s: lost %d compare-and-swap races: %w", agentID, casAttempts, lost)
+}
+
+// encodeRecord keeps the card's characters as sent: json.Marshal would
+// escape <, > and & inside it.
+func encodeRecord(rec *Record) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(rec); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// load reads the agent's record and its revision; ErrAgentNotFound if none.
+func (r *Registry) load(ctx context.Context, agentID string) (*Record, uint64, error) {
+	e, err := r.kv.Get(ctx, agentID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, ErrAgentNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("agentcard: read %s: %w", agentID, err)
+	}
+	rec, err := r.decode(e)
+	return rec, e.Revision(), err
+}
+
+func (r *Registry) decode(e jetstream.KeyValueEntry) (*Record, error) {
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("agentcard: stored record %s: %w", e.Key(), err)
+	}
+	// Tenants follow this registry's configuration, not what the writer had.
+	rec.Tenants = slices.Clone(r.agents[rec.AgentID].Tenants)
+	return &rec, nil
+}
+
+// Get returns the agent's record whatever its status: the operator's view.
+// ErrAgentNotFound if the agent never registered.
+func (r *Registry) Get(ctx context.Context, agentID string) (*Record, error) {
+	if !natsbind.ValidToken(agentID) {
+		return nil, ErrAgentNotFound
+	}
+	rec, _, err := r.load(ctx, agentID)
+	return rec, err
+}
+
+// Visible returns the agent's record if tenant may see it: the agent's
+// configuration names tenant and the agent is not pending. Otherwise, and
+// for an unknown agent, ErrAgentNotFound.
+func (r *Registry) Visible(ctx context.Context, tenant, agentID string) (*Record, error) {
+	if !slices.Contains(r.agents[agentID].Tenants, tenant) {
+		return nil, ErrAgentNotFound
+	}
+	rec, err := r.Get(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	if !r.visible(rec, tenant) {
+		return nil, ErrAgentNotFound
+	}
+	return rec, nil
+}
+
+func (r *Registry) visible(rec *Record, tenant string) bool {
+	return rec.Status != StatusPending && slices.Contains(rec.Tenants, tenant)
+}
+
+// List returns the records tenant may see (as [Registry.Visible]), sorted by
+// agent id; tenant "" lists every record, the operator's view. The result is
+// empty, not nil, when there is none.
+func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("agentcard: list: %w", err)
+	}
+	defer w.Stop()
+	out := []Record{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("agentcard: list: watch closed")
+			}
+			if e == nil { // every current value has been delivered
+				slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.AgentID, b.AgentID) })
+				return out, nil
+			}
+			rec, err := r.decode(e)
+			if err != nil {
+				return nil, err
+			}
+			if tenant == "" || r.visible(rec, tenant) {
+				out = append(out, *rec)
+			}
+		}
+	}
+}
+
+// ForDelegation returns the record and parsed card of an agent tenant may
+// delegate to, with the requested skill present. Errors: ErrAgentNotFound if
+// tenant cannot see the agent; *[NotDelegableError] if it is visible but not
+// delegable (quarantined, or no NATS interface); an error wrapping
+// [ErrSkillNotFound] if the card lacks skillID.
+func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID string) (*Record, *Card, error) {
+	rec, err := r.Visible(ctx, tenant, agentID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !rec.Delegable {
+		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
+	}
+	card, err := Parse(rec.Card)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agentcard: stored card of %s: %w", agentID, err)
+	}
+	if _, ok := card.Skill(skillID); !ok {
+		return nil, nil, fmt.Errorf("%w: agent %s has no skill %q", ErrSkillNotFound, agentID, truncate(skillID, 64))
+	}
+	return rec, card, nil
+}

@@ -1,0 +1,464 @@
+package agentcard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	agent = "fraud-review"
+	skill = "assess_refund_risk"
+)
+
+func newRegistry(t *testing.T, cfg ...AgentConfig) (*Registry, jetstream.JetStream) {
+	t.Helper()
+	_, _, js := natstest.Start(t)
+	r, err := NewRegistry(t.Context(), js, cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, js
+}
+
+func register(t *testing.T, r *Registry, id string, raw []byte) *Record {
+	t.Helper()
+	rec, err := r.Register(t.Context(), id, raw)
+	if err != nil {
+		t.Fatalf("Register(%s) = %v", id, err)
+	}
+	return rec
+}
+
+// changedCard is the fixture with another description, and its fingerprint.
+func changedCard(t *testing.T, description string) ([]byte, string) {
+	t.Helper()
+	raw := edit(t, func(c map[string]any) { c["description"] = description })
+	return raw, mustFingerprint(t, raw)
+}
+
+func TestNewRegistryBucket(t *testing.T) {
+	_, js := newRegistry(t)
+	kv, err := js.KeyValue(t.Context(), Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Bucket() != "a2ad_agents" || st.History() != 5 || st.Config().Replicas != 1 {
+		t.Errorf("bucket %s history %d replicas %d; want a2ad_agents, 5, 1", st.Bucket(), st.History(), st.Config().Replicas)
+	}
+}
+
+func TestNewRegistryRefusesConfig(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	tests := []struct {
+		name string
+		cfg  []AgentConfig
+		want string
+	}{
+		{"id with a dot", []AgentConfig{{ID: "fraud.review"}}, `agentcard: agents[0]: id "fraud.review" is not 1..128 of [A-Za-z0-9_-]`},
+		{"empty id", []AgentConfig{{ID: ""}}, `agentcard: agents[0]: id "" is not 1..128 of [A-Za-z0-9_-]`},
+		{"twice", []AgentConfig{{ID: agent}, {ID: agent}}, "agentcard: agent fraud-review configured twice"},
+		{"bad fingerprint", []AgentConfig{{ID: agent, ApprovedFingerprint: "25def1ed"}}, `agentcard: agent fraud-review: approved_fingerprint "25def1ed" is not sha256:<64 lowercase hex>`},
+		{"empty tenant", []AgentConfig{{ID: agent, Tenants: []string{"acme", ""}}}, "agentcard: agent fraud-review: empty tenant name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewRegistry(t.Context(), js, tt.cfg, 1)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("NewRegistry = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRegisterTrustOnFirstUseThenQuarantine(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	ctx := t.Context()
+
+	first := register(t, r, agent, fixture(t))
+	if first.Status != StatusApproved || first.Fingerprint != fixtureFingerprint || first.ApprovedFingerprint != fixtureFingerprint ||
+		!first.Delegable || first.NotDelegableReason != "" || first.StatusReason != "" || !reflect.DeepEqual(first.Tenants, []string{"default"}) {
+		t.Fatalf("first registration = %+v", first)
+	}
+	rec, card, err := r.ForDelegation(ctx, "default", agent, skill)
+	if err != nil || rec.Status != StatusApproved || card.Name != "Fraud Review Agent" {
+		t.Fatalf("ForDelegation = %+v, %+v, %v", rec, card, err)
+	}
+
+	changed, changedFP := changedCard(t, "Assesses refund fraud risk, now differently.")
+	q := register(t, r, agent, changed)
+	wantReason := "card changed since approval (approved " + fixtureFingerprint + ", presented " + changedFP + ")"
+	if q.Status != StatusQuarantined || q.StatusReason != wantReason || q.Fingerprint != changedFP ||
+		q.ApprovedFingerprint != fixtureFingerprint || q.Delegable || q.NotDelegableReason != "quarantined: "+wantReason {
+		t.Fatalf("changed card = %+v", q)
+	}
+	if !q.RegisteredAt.Equal(first.RegisteredAt) {
+		t.Errorf("RegisteredAt moved from %v to %v", first.RegisteredAt, q.RegisteredAt)
+	}
+
+	_, _, err = r.ForDelegation(ctx, "default", agent, skill)
+	var nd *NotDelegableError
+	if !errors.As(err, &nd) || nd.AgentID != agent {
+		t.Fatalf("ForDelegation on quarantined agent = %v, want *NotDelegableError", err)
+	}
+	if want := "agent fraud-review is not delegable: quarantined: " + wantReason; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+
+	list, err := r.List(ctx, "default")
+	if err != nil || len(list) != 1 || list[0].AgentID != agent || list[0].Status != StatusQuarantined {
+		t.Fatalf("List(default) = %+v, %v; want the quarantined agent", list, err)
+	}
+
+	// The approved card again does not lift the quarantine: only an operator does.
+	back := register(t, r, agent, fixture(t))
+	if back.Status != StatusQuarantined || back.Fingerprint != fixtureFingerprint || back.StatusReason != wantReason {
+		t.Fatalf("approved card again = %+v, want still quarantined", back)
+	}
+	register(t, r, agent, changed)
+
+	if _, err := r.Approve(ctx, agent, fixtureFingerprint); !errors.Is(err, ErrFingerprintMismatch) {
+		t.Errorf("Approve(old fingerprint) = %v, want ErrFingerprintMismatch", err)
+	}
+	approved, err := r.Approve(ctx, agent, changedFP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if approved.Status != StatusApproved || approved.ApprovedFingerprint != changedFP || approved.StatusReason != "" || !approved.Delegable {
+		t.Fatalf("Approve = %+v", approved)
+	}
+	if _, _, err := r.ForDelegation(ctx, "default", agent, skill); err != nil {
+		t.Errorf("ForDelegation after Approve = %v", err)
+	}
+	if again := register(t, r, agent, changed); again.Status != StatusApproved {
+		t.Errorf("re-register after Approve = %+v, want approved", again)
+	}
+}
+
+func TestRegisterSameCardChangesOnlyUpdatedAt(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	first := register(t, r, agent, fixture(t))
+	time.Sleep(2 * time.Millisecond)
+	// Same content, other bytes: members sorted, no whitespace.
+	second := register(t, r, agent, edit(t, func(map[string]any) {}))
+	if !second.UpdatedAt.After(first.UpdatedAt) {
+		t.Errorf("UpdatedAt %v not after %v", second.UpdatedAt, first.UpdatedAt)
+	}
+	a, b := *first, *second
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("second registration changed more than UpdatedAt:\n%+v\n%+v", a, b)
+	}
+	stored, err := r.Get(t.Context(), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stored.UpdatedAt.Equal(second.UpdatedAt) || stored.Fingerprint != fixtureFingerprint || stored.Status != StatusApproved {
+		t.Errorf("stored = %+v", stored)
+	}
+}
+
+func TestRegisterConfiguredPin(t *testing.T) {
+	_, otherFP := changedCard(t, "Another card.")
+	tests := []struct {
+		name       string
+		cfg        AgentConfig
+		wantStatus Status
+		wantReason string
+	}{
+		{"pinned to this card", AgentConfig{ID: agent, Tenants: []string{"default"}, ApprovedFingerprint: fixtureFingerprint}, StatusApproved, ""},
+		{"pin wins over trust on first use", AgentConfig{ID: agent, Tenants: []string{"default"}, ApprovedFingerprint: otherFP, TrustOnFirstUse: true}, StatusQuarantined,
+			"card changed since approval (approved " + otherFP + ", presented " + fixtureFingerprint + ")"},
+		{"configured, no pin, no trust", AgentConfig{ID: agent, Tenants: []string{"default"}}, StatusPending, "awaiting operator approval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := newRegistry(t, tt.cfg)
+			rec := register(t, r, agent, fixture(t))
+			if rec.Status != tt.wantStatus || rec.StatusReason != tt.wantReason {
+				t.Errorf("Register = %s %q, want %s %q", rec.Status, rec.StatusReason, tt.wantStatus, tt.wantReason)
+			}
+			if want := tt.cfg.ApprovedFingerprint; rec.ApprovedFingerprint != want {
+				t.Errorf("ApprovedFingerprint = %q, want %q", rec.ApprovedFingerprint, want)
+			}
+		})
+	}
+}
+
+func TestPendingConfiguredAgentIsInvisibleUntilApproved(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}})
+	ctx := t.Context()
+	register(t, r, agent, fixture(t))
+	if _, err := r.Visible(ctx, "default", agent); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Visible(pending) = %v, want ErrAgentNotFound", err)
+	}
+	if _, err := r.Approve(ctx, agent, fixtureFingerprint); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := r.Visible(ctx, "default", agent); err != nil || rec.Status != StatusApproved || !rec.Delegable {
+		t.Errorf("Visible after Approve = %+v, %v", rec, err)
+	}
+	if rec := register(t, r, agent, fixture(t)); rec.Status != StatusApproved {
+		t.Errorf("re-register after Approve = %+v, want approved", rec)
+	}
+}
+
+func TestUnconfiguredAgentIsPendingAndInvisible(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default", "acme"}, TrustOnFirstUse: true})
+	ctx := t.Context()
+	rec := register(t, r, "stranger", fixture(t))
+	if rec.Status != StatusPending || rec.StatusReason != "not configured; awaiting operator approval" || rec.Tenants != nil || rec.Delegable ||
+		rec.NotDelegableReason != "pending: not configured; awaiting operator approval" {
+		t.Fatalf("Register(stranger) = %+v", rec)
+	}
+	for _, tenant := range []string{"default", "acme", ""} {
+		if _, err := r.Visible(ctx, tenant, "stranger"); !errors.Is(err, ErrAgentNotFound) {
+			t.Errorf("Visible(%q, stranger) = %v, want ErrAgentNotFound", tenant, err)
+		}
+		if _, _, err := r.ForDelegation(ctx, tenant, "stranger", skill); !errors.Is(err, ErrAgentNotFound) {
+			t.Errorf("ForDelegation(%q, stranger) = %v, want ErrAgentNotFound", tenant, err)
+		}
+	}
+	if got, err := r.Get(ctx, "stranger"); err != nil || got.Status != StatusPending || got.Fingerprint != fixtureFingerprint {
+		t.Errorf("Get(stranger) = %+v, %v", got, err)
+	}
+	register(t, r, agent, fixture(t))
+	if list, err := r.List(ctx, "default"); err != nil || len(list) != 1 || list[0].AgentID != agent {
+		t.Errorf("List(default) = %+v, %v; want fraud-review only", list, err)
+	}
+	if list, err := r.List(ctx, ""); err != nil || len(list) != 2 || list[0].AgentID != agent || list[1].AgentID != "stranger" {
+		t.Errorf("List(operator) = %+v, %v; want fraud-review, stranger", list, err)
+	}
+	// An operator approval pins the card but assigns no tenant.
+	approved, err := r.Approve(ctx, "stranger", fixtureFingerprint)
+	if err != nil || approved.Status != StatusApproved || approved.Tenants != nil {
+		t.Fatalf("Approve(stranger) = %+v, %v", approved, err)
+	}
+	if _, err := r.Visible(ctx, "default", "stranger"); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Visible(default, approved stranger) = %v, want ErrAgentNotFound", err)
+	}
+}
+
+func TestTenantsComeFromConfiguration(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"acme"}, TrustOnFirstUse: true})
+	ctx := t.Context()
+	register(t, r, agent, fixture(t))
+	if rec, err := r.Visible(ctx, "acme", agent); err != nil || !reflect.DeepEqual(rec.Tenants, []string{"acme"}) {
+		t.Errorf("Visible(acme) = %+v, %v", rec, err)
+	}
+	if _, err := r.Visible(ctx, "default", agent); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Visible(default) = %v, want ErrAgentNotFound", err)
+	}
+	if _, _, err := r.ForDelegation(ctx, "default", agent, skill); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("ForDelegation(default) = %v, want ErrAgentNotFound", err)
+	}
+	if list, err := r.List(ctx, "default"); err != nil || list == nil || len(list) != 0 {
+		t.Errorf("List(default) = %#v, %v; want empty", list, err)
+	}
+	if list, err := r.List(ctx, "acme"); err != nil || len(list) != 1 {
+		t.Errorf("List(acme) = %+v, %v", list, err)
+	}
+}
+
+func TestCardWithoutNATSInterfaceIsNotDelegable(t *testing.T) {
+	const reason = "card has no supportedInterfaces entry with protocolBinding urn:a2ad:binding:nats:v1 and protocolVersion 1.0"
+	tests := []struct {
+		name string
+		in   map[string]any
+	}{
+		{"JSON-RPC only", map[string]any{"url": "https://agent.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}},
+		{"our binding at 0.3", map[string]any{"url": "nats://127.0.0.1:4222/a2a.agent.fraud-review", "protocolBinding": natsbind.BindingURI, "protocolVersion": "0.3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+			ctx := t.Context()
+			rec := register(t, r, agent, edit(t, func(c map[string]any) { c["supportedInterfaces"] = []any{tt.in} }))
+			if rec.Status != StatusApproved || rec.Delegable || rec.NotDelegableReason != reason {
+				t.Errorf("Register = %+v", rec)
+			}
+			list, err := r.List(ctx, "default")
+			if err != nil || len(list) != 1 || list[0].Delegable || list[0].NotDelegableReason != reason {
+				t.Errorf("List = %+v, %v", list, err)
+			}
+			_, _, err = r.ForDelegation(ctx, "default", agent, skill)
+			var nd *NotDelegableError
+			if !errors.As(err, &nd) || nd.Reason != reason {
+				t.Errorf("ForDelegation = %v, want *NotDelegableError naming the binding", err)
+			}
+		})
+	}
+}
+
+func TestForDelegationUnknownSkill(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	register(t, r, agent, fixture(t))
+	_, _, err := r.ForDelegation(t.Context(), "default", agent, "wire_money")
+	if !errors.Is(err, ErrSkillNotFound) {
+		t.Fatalf("ForDelegation(wire_money) = %v, want ErrSkillNotFound", err)
+	}
+	if want := `agentcard: skill not found: agent fraud-review has no skill "wire_money"`; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+}
+
+func TestOperatorQuarantine(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	ctx := t.Context()
+	register(t, r, agent, fixture(t))
+	q, err := r.Quarantine(ctx, agent, "investigating incident 42")
+	if err != nil || q.Status != StatusQuarantined || q.StatusReason != "investigating incident 42" || q.ApprovedFingerprint != fixtureFingerprint || q.Delegable {
+		t.Fatalf("Quarantine = %+v, %v", q, err)
+	}
+	// The agent cannot leave the quarantine by registering its approved card.
+	if rec := register(t, r, agent, fixture(t)); rec.Status != StatusQuarantined || rec.StatusReason != "investigating incident 42" {
+		t.Errorf("re-register = %+v, want still quarantined", rec)
+	}
+	if q, _ := r.Quarantine(ctx, agent, ""); q.StatusReason != "quarantined by operator" {
+		t.Errorf("default reason = %q", q.StatusReason)
+	}
+	if rec, err := r.Approve(ctx, agent, fixtureFingerprint); err != nil || !rec.Delegable {
+		t.Errorf("Approve = %+v, %v", rec, err)
+	}
+}
+
+func TestRegistryRefuses(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, TrustOnFirstUse: true})
+	ctx := t.Context()
+	if _, err := r.Register(ctx, "fraud.review", fixture(t)); !errors.Is(err, natsbind.ErrBadSubject) {
+		t.Errorf("Register(fraud.review) = %v, want ErrBadSubject", err)
+	}
+	var ve *ValidationError
+	if _, err := r.Register(ctx, agent, edit(t, func(c map[string]any) { delete(c, "skills") })); !errors.As(err, &ve) || ve.Pointer != "/skills" {
+		t.Errorf("Register(no skills) = %v, want *ValidationError at /skills", err)
+	}
+	if _, err := r.Get(ctx, agent); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Get after refused registrations = %v, want ErrAgentNotFound", err)
+	}
+	if _, err := r.Approve(ctx, agent, fixtureFingerprint); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Approve(unknown) = %v, want ErrAgentNotFound", err)
+	}
+	if _, err := r.Quarantine(ctx, agent, "x"); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Quarantine(unknown) = %v, want ErrAgentNotFound", err)
+	}
+	if list, err := r.List(ctx, ""); err != nil || list == nil || len(list) != 0 {
+		t.Errorf("List on empty bucket = %#v, %v; want empty", list, err)
+	}
+}
+
+// TestRegistriesShareTheBucket stands for two a2ad instances on one cluster.
+func TestRegistriesShareTheBucket(t *testing.T) {
+	cfg := AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true}
+	a, js := newRegistry(t, cfg)
+	b, err := NewRegistry(t.Context(), js, []AgentConfig{cfg}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, a, agent, fixture(t))
+	changed, _ := changedCard(t, "Changed behind instance a's back.")
+	register(t, b, agent, changed)
+	if rec, err := a.Get(t.Context(), agent); err != nil || rec.Status != StatusQuarantined {
+		t.Errorf("a.Get after b's registration = %+v, %v; want quarantined", rec, err)
+	}
+}
+
+func TestConcurrentRegister(t *testing.T) {
+	const n = 8
+	t.Run("same card", func(t *testing.T) {
+		r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+		recs := registerAll(t, r, n, func(int) []byte { return fixture(t) })
+		final, err := r.Get(t.Context(), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, rec := range recs {
+			if rec.Status != StatusApproved || !rec.RegisteredAt.Equal(final.RegisteredAt) {
+				t.Errorf("goroutine %d got %s registered at %v; final record registered at %v", i, rec.Status, rec.RegisteredAt, final.RegisteredAt)
+			}
+		}
+		if final.Status != StatusApproved || final.ApprovedFingerprint != fixtureFingerprint {
+			t.Errorf("final = %+v", final)
+		}
+	})
+	t.Run("different cards", func(t *testing.T) {
+		r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+		cards := make([][]byte, n)
+		fps := make([]string, n)
+		for i := range cards {
+			cards[i], fps[i] = changedCard(t, fmt.Sprintf("Card %d.", i))
+		}
+		recs := registerAll(t, r, n, func(i int) []byte { return cards[i] })
+		// Exactly one card was trusted on first use; every later one found
+		// it approved and was quarantined, so no update was lost.
+		winner := -1
+		for i, rec := range recs {
+			switch rec.Status {
+			case StatusApproved:
+				if winner >= 0 {
+					t.Errorf("goroutines %d and %d both approved", winner, i)
+				}
+				winner = i
+			case StatusQuarantined:
+			default:
+				t.Errorf("goroutine %d got %s", i, rec.Status)
+			}
+		}
+		if winner < 0 {
+			t.Fatal("no registration was approved")
+		}
+		final, err := r.Get(t.Context(), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.ApprovedFingerprint != fps[winner] || (final.Status == StatusQuarantined) != (final.Fingerprint != fps[winner]) {
+			t.Errorf("final = %+v; approved card was %d (%s)", final, winner, fps[winner])
+		}
+		for i, rec := range recs {
+			if rec.ApprovedFingerprint != fps[winner] || !rec.RegisteredAt.Equal(final.RegisteredAt) {
+				t.Errorf("goroutine %d: approved %s registered %v; want %s, %v", i, rec.ApprovedFingerprint, rec.RegisteredAt, fps[winner], final.RegisteredAt)
+			}
+		}
+	})
+}
+
+func registerAll(t *testing.T, r *Registry, n int, card func(int) []byte) []*Record {
+	t.Helper()
+	recs := make([]*Record, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		raw := card(i)
+		wg.Go(func() {
+			<-start
+			recs[i], errs[i] = r.Register(context.Background(), agent, raw)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("goroutine %d: Register = %v", i, err)
+		}
+	}
+	return recs
+}
+
+func TestNotDelegableErrorString(t *testing.T) {
+	err := &NotDelegableError{AgentID: agent, Reason: "quarantined: card changed since approval"}
+	if got, want := err.Error(), "agent fraud-review is not delegable: quarantined: card changed since approval"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}

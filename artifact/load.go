@@ -1,0 +1,551 @@
+package artifact
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/xeipuuv/gojsonreference"
+	"github.com/xeipuuv/gojsonschema"
+)
+
+// ErrSchemaNotFound is wrapped by the error [Registry.Get] returns for a name
+// the registry does not hold.
+var ErrSchemaNotFound = errors.New("artifact: no host schema with that name")
+
+// A LoadError is a schema file refused at load time: it is not JSON, its top
+// level is not an object, it is not draft-07, it could reach outside the file
+// (a non-local $ref, a non-fragment $id), or it does not compile.
+type LoadError struct {
+	File    string // file name, e.g. "risk_assessment.json"
+	Pointer string // RFC 6901 JSON pointer to the offending key in the file, "" for the whole file
+	Reason  string // what is wrong, e.g. "remote $ref refused"
+}
+
+// Error returns "artifact: schema FILE at POINTER: REASON", or
+// "artifact: schema FILE: REASON" when Pointer is "".
+func (e *LoadError) Error() string {
+	if e.Pointer == "" {
+		return "artifact: schema " + e.File + ": " + e.Reason
+	}
+	return "artifact: schema " + e.File + " at " + e.Pointer + ": " + e.Reason
+}
+
+// A Schema is one compiled host schema. It is immutable after load and safe
+// for concurrent use by multiple goroutines.
+type Schema struct {
+	Name     string          // file name without ".json", e.g. "risk_assessment"
+	Digest   string          // "sha256:" + lowercase hex of the file bytes
+	Document json.RawMessage // the file bytes, compacted with json.Compact
+
+	compiled *gojsonschema.Schema
+	// names holds every property name the schema declares (keys of
+	// "properties", entries of "required" and "dependencies"): the only
+	// object keys a Violation pointer may name.
+	names map[string]bool
+}
+
+// A Registry holds the host schemas loaded from one directory, by name. It is
+// immutable after load and safe for concurrent use.
+type Registry struct {
+	schemas map[string]*Schema
+	names   []string // sorted
+}
+
+// LoadDir loads and compiles every regular file whose name ends in ".json"
+// directly in dir (subdirectories are not read) into a Registry; each schema
+// is named after its file without ".json". An empty dir gives an empty
+// Registry. A missing or unreadable dir is an error wrapping the
+// [io/fs.PathError]; a file refused by the load-time rules (see [LoadFS]) is
+// a *[LoadError]. The first failure stops the load: no partial Registry is
+// returned.
+func LoadDir(dir string) (*Registry, error) {
+	if dir == "" {
+		return nil, errors.New("artifact: schema directory not set")
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("artifact: schema directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("artifact: schema directory %s is not a directory", dir)
+	}
+	return LoadFS(os.DirFS(dir), ".")
+}
+
+// LoadFS is [LoadDir] on directory dir of fsys (dir is an [io/fs] path, "."
+// for the root).
+//
+// Every schema must follow these rules, checked before compiling; each
+// refusal is a *[LoadError] naming the file and the JSON pointer of the
+// offending key:
+//   - the file is valid JSON whose top level is an object;
+//   - it is JSON Schema draft-07: "$schema" is absent or exactly
+//     "http://json-schema.org/draft-07/schema#" (or the same without the
+//     trailing "#"), at the top level and in every subschema;
+//   - every "$ref", anywhere in the file, is a local fragment: "#", "#/…"
+//     (a JSON pointer) or "#name" (a plain-name fragment);
+//   - every "$id" anywhere, and every draft-04 style "id" in a subschema
+//     (gojsonschema honours both), is a plain-name fragment "#name", since
+//     any other value changes the base URI;
+//   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode).
+//
+// Compilation uses a loader that refuses every external load, so even a
+// reference these checks missed fetches nothing, over the network or from
+// the file system.
+func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact: schema directory: %w", err)
+	}
+	r := &Registry{schemas: make(map[string]*Schema)}
+	for _, e := range entries {
+		file := e.Name()
+		if !strings.HasSuffix(file, ".json") || e.IsDir() {
+			continue
+		}
+		if !e.Type().IsRegular() && e.Type()&fs.ModeSymlink == 0 {
+			continue // devices, pipes, sockets
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, file))
+		if err != nil {
+			return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+		}
+		s, err := compile(file, b)
+		if err != nil {
+			return nil, err
+		}
+		r.schemas[s.Name] = s
+		r.names = append(r.names, s.Name)
+	}
+	slices.Sort(r.names)
+	return r, nil
+}
+
+// Get returns the schema named name. For a name the registry does not hold,
+// the error wraps [ErrSchemaNotFound] and quotes the name. A nil Registry
+// holds no schema.
+func (r *Registry) Get(name string) (*Schema, error) {
+	if r != nil {
+		if s, ok := r.schemas[name]; ok {
+			return s, nil
+		}
+	}
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return nil, fmt.Errorf("%w: %q", ErrSchemaNotFound, name)
+}
+
+// Names returns the names of the registry's schemas in increasing order, in a
+// new slice. A nil or empty Registry gives an empty (nil) slice.
+func (r *Registry) Names() []string {
+	if r == nil {
+		return nil
+	}
+	return slices.Clone(r.names)
+}
+
+// compile applies the load-time rules to the schema in file (its bytes b)
+// and compiles it.
+func compile(file string, b []byte) (*Schema, error) {
+	name := strings.TrimSuffix(file, ".json")
+	if name == "" {
+		return nil, &LoadError{File: file, Reason: "file name gives an empty schema name"}
+	}
+	refuse := func(ptr, reason string) error { return &LoadError{File: file, Pointer: ptr, Reason: reason} }
+
+	// json.Valid also bounds the nesting depth (10000), which bounds the
+	// recursion of parseOrdered and checkSchema below.
+	if !json.Valid(b) {
+		return nil, refuse("", "not valid JSON")
+	}
+	root, err := parseOrdered(b)
+	if err != nil {
+		return nil, refuse("", "not valid JSON")
+	}
+	if root.kind != kindObject {
+		return nil, refuse("", "top level is not a JSON object")
+	}
+	if v, ok := root.member("$schema"); ok && v.kind != kindString {
+		return nil, refuse("/$schema", "$schema is not a string")
+	}
+	c := checker{names: make(map[string]bool)}
+	c.checkSchema(root, "")
+	if c.err != nil {
+		return nil, refuse(c.errPtr, c.err.Error())
+	}
+
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, b); err != nil {
+		return nil, refuse("", "not valid JSON")
+	}
+	compiled, err := compileGo(b)
+	if err != nil {
+		return nil, refuse("", "does not compile: "+err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return &Schema{
+		Name:     name,
+		Digest:   "sha256:" + hex.EncodeToString(sum[:]),
+		Document: json.RawMessage(compact.Bytes()),
+		compiled: compiled,
+		names:    c.names,
+	}, nil
+}
+
+// compileGo compiles schema b with gojsonschema in draft-07 mode, with a
+// loader that refuses every external load. A panic in the compiler is
+// returned as an error.
+func compileGo(b []byte) (s *gojsonschema.Schema, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("schema compiler panicked: %v", p)
+		}
+	}()
+	doc, err := decodeUseNumber(b)
+	if err != nil {
+		return nil, err
+	}
+	sl := gojsonschema.NewSchemaLoader()
+	sl.Draft = gojsonschema.Draft7
+	sl.AutoDetect = false
+	// Validate must stay false: metaschema validation compiles the
+	// metaschema with gojsonschema's own file/HTTP loader factory and
+	// leaves that factory in the shared pool.
+	sl.Validate = false
+	return sl.Compile(rootLoader{doc: doc})
+}
+
+// decodeUseNumber decodes one JSON value the way gojsonschema does (numbers
+// as json.Number).
+func decodeUseNumber(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// errExternalRef is returned by every load through refusingFactory.
+var errExternalRef = errors.New("external reference refused")
+
+// rootLoader hands gojsonschema an already decoded document (a schema at
+// compile time, an instance at validation time) and makes refusingFactory
+// the factory for every reference resolved from it.
+type rootLoader struct{ doc any }
+
+func (l rootLoader) JsonSource() any                               { return l.doc }
+func (l rootLoader) LoadJSON() (any, error)                        { return l.doc, nil }
+func (l rootLoader) LoaderFactory() gojsonschema.JSONLoaderFactory { return refusingFactory{} }
+func (l rootLoader) JsonReference() (gojsonreference.JsonReference, error) {
+	return gojsonreference.NewJsonReference("#")
+}
+
+// refusingFactory is the gojsonschema.JSONLoaderFactory of every compile: the
+// loaders it makes fail without touching the network or the file system.
+type refusingFactory struct{}
+
+func (refusingFactory) New(source string) gojsonschema.JSONLoader { return refusedLoader{source} }
+
+type refusedLoader struct{ source string }
+
+func (l refusedLoader) JsonSource() any                               { return l.source }
+func (l refusedLoader) LoadJSON() (any, error)                        { return nil, errExternalRef }
+func (l refusedLoader) LoaderFactory() gojsonschema.JSONLoaderFactory { return refusingFactory{} }
+func (l refusedLoader) JsonReference() (gojsonreference.JsonReference, error) {
+	return gojsonreference.NewJsonReference(l.source)
+}
+
+// Accepted values of "$schema".
+const (
+	draft07URI     = "http://json-schema.org/draft-07/schema#"
+	draft07URINoFr = "http://json-schema.org/draft-07/schema"
+)
+
+// plainName matches a draft-07 plain-name fragment (draft-handrews-json-
+// schema-01 §8.2.3, which defers to XML NCName; ASCII subset).
+var plainName = regexp.MustCompile(`^#[A-Za-z][-A-Za-z0-9._:]*$`)
+
+// localRef reports whether ref is a local fragment: "#", "#/…" or "#name".
+func localRef(ref string) bool {
+	return ref == "#" || strings.HasPrefix(ref, "#/") || plainName.MatchString(ref)
+}
+
+// checker walks a schema in document order, records the first rule it
+// breaks and collects the property names the schema declares.
+type checker struct {
+	names  map[string]bool
+	err    error
+	errPtr string
+}
+
+func (c *checker) fail(ptr, reason string) {
+	if c.err == nil {
+		c.err, c.errPtr = errors.New(reason), ptr
+	}
+}
+
+// Keywords of draft-07 whose value is a subschema, an array of subschemas,
+// an object of subschemas, or data (never a schema).
+var (
+	kwSchema      = map[string]bool{"additionalItems": true, "additionalProperties": true, "contains": true, "propertyNames": true, "if": true, "then": true, "else": true, "not": true}
+	kwSchemaArray = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true}
+	kwSchemaMap   = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "dependencies": true}
+	kwData        = map[string]bool{"enum": true, "const": true, "default": true, "examples": true}
+)
+
+// checkSchema checks n, a (sub)schema at pointer ptr.
+func (c *checker) checkSchema(n *onode, ptr string) {
+	if c.err != nil {
+		return
+	}
+	if n.kind != kindObject {
+		// true and false are schemas too; anything else is the compiler's
+		// to refuse, but is still searched for "$ref" and "$id".
+		c.checkData(n, ptr)
+		return
+	}
+	for _, m := range n.members {
+		p := ptr + "/" + escapeToken(m.key)
+		v := m.val
+		switch {
+		case m.key == "$schema":
+			if v.kind == kindString && v.str != draft07URI && v.str != draft07URINoFr {
+				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 (%s) is supported", clip(v.str), draft07URI))
+			}
+		case m.key == "$ref":
+			c.checkRef(v, p)
+		case m.key == "$id" || m.key == "id":
+			c.checkID(v, p, m.key)
+		case m.key == "items":
+			if v.kind == kindArray {
+				for i, e := range v.elems {
+					c.checkSchema(e, fmt.Sprintf("%s/%d", p, i))
+				}
+			} else {
+				c.checkSchema(v, p)
+			}
+		case kwSchema[m.key]:
+			c.checkSchema(v, p)
+		case kwSchemaArray[m.key]:
+			if v.kind != kindArray {
+				c.checkData(v, p)
+			}
+			for i, e := range v.elems {
+				c.checkSchema(e, fmt.Sprintf("%s/%d", p, i))
+			}
+		case kwSchemaMap[m.key]:
+			for _, sm := range v.members {
+				sp := p + "/" + escapeToken(sm.key)
+				if m.key == "properties" || m.key == "dependencies" {
+					c.names[sm.key] = true
+				}
+				if m.key == "dependencies" && sm.val.kind == kindArray {
+					c.collectNames(sm.val)
+					c.checkData(sm.val, sp)
+					continue
+				}
+				c.checkSchema(sm.val, sp)
+			}
+			if v.kind != kindObject {
+				c.checkData(v, p)
+			}
+		case m.key == "required":
+			c.collectNames(v)
+			c.checkData(v, p)
+		default: // data keywords, annotations and unknown keywords
+			c.checkData(v, p)
+		}
+		if c.err != nil {
+			return
+		}
+	}
+}
+
+// checkData checks n, a value that is not a schema: "$ref" and "$id" are
+// refused there too unless they are local fragments.
+func (c *checker) checkData(n *onode, ptr string) {
+	if c.err != nil {
+		return
+	}
+	switch n.kind {
+	case kindObject:
+		for _, m := range n.members {
+			p := ptr + "/" + escapeToken(m.key)
+			switch m.key {
+			case "$ref":
+				c.checkRef(m.val, p)
+			case "$id":
+				c.checkID(m.val, p, m.key)
+			default:
+				c.checkData(m.val, p)
+			}
+			if c.err != nil {
+				return
+			}
+		}
+	case kindArray:
+		for i, e := range n.elems {
+			c.checkData(e, fmt.Sprintf("%s/%d", ptr, i))
+		}
+	}
+}
+
+func (c *checker) checkRef(v *onode, p string) {
+	if v.kind != kindString {
+		c.checkData(v, p)
+		return
+	}
+	if localRef(v.str) {
+		return
+	}
+	kind := "remote"
+	switch {
+	case strings.HasPrefix(strings.ToLower(v.str), "file:"):
+		kind = "file"
+	case !strings.Contains(v.str, ":"):
+		kind = "relative"
+	}
+	c.fail(p, kind+" $ref refused: only local fragments (\"#\", \"#/…\", \"#name\") are allowed")
+}
+
+func (c *checker) checkID(v *onode, p, key string) {
+	if v.kind != kindString {
+		c.checkData(v, p)
+		return
+	}
+	if !plainName.MatchString(v.str) {
+		c.fail(p, key+" refused: only a plain-name fragment (\"#name\") is allowed, since any other value changes the base URI")
+	}
+}
+
+// collectNames records the strings of array n as declared property names.
+func (c *checker) collectNames(n *onode) {
+	if n.kind != kindArray {
+		return
+	}
+	for _, e := range n.elems {
+		if e.kind == kindString {
+			c.names[e.str] = true
+		}
+	}
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// escapeToken escapes one RFC 6901 reference token: "~" becomes "~0" and
+// "/" becomes "~1".
+func escapeToken(s string) string {
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// onode is a JSON value that keeps object members in document order, so the
+// load-time checks report the first offending key as it appears in the file.
+type onode struct {
+	kind    byte
+	str     string // kindString
+	members []omember
+	elems   []*onode
+}
+
+type omember struct {
+	key string
+	val *onode
+}
+
+const (
+	kindScalar byte = iota // number, boolean, null
+	kindString
+	kindObject
+	kindArray
+)
+
+// member returns the last value of key in object n (the one encoding/json
+// and gojsonschema see).
+func (n *onode) member(key string) (*onode, bool) {
+	var v *onode
+	for _, m := range n.members {
+		if m.key == key {
+			v = m.val
+		}
+	}
+	return v, v != nil
+}
+
+// parseOrdered parses b, which must be valid JSON, into an onode tree.
+func parseOrdered(b []byte) (*onode, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	n, err := parseValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data")
+	}
+	return n, nil
+}
+
+func parseValue(dec *json.Decoder) (*onode, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := t.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			n := &onode{kind: kindObject}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				v, err := parseValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				n.members = append(n.members, omember{k, v})
+			}
+			_, err := dec.Token() // '}'
+			return n, err
+		case '[':
+			n := &onode{kind: kindArray}
+			for dec.More() {
+				v, err := parseValue(dec)
+				if err != nil {
+					return nil, err
+				}
+				n.elems = append(n.elems, v)
+			}
+			_, err := dec.Token() // ']'
+			return n, err
+		}
+		return nil, errors.New("unexpected delimiter")
+	case string:
+		return &onode{kind: kindString, str: t}, nil
+	default:
+		return &onode{kind: kindScalar}, nil
+	}
+}

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+)
+
+func newDemo() *cobra.Command {
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run a self-contained delegation demo (embedded NATS, reference agent, MCP host) and check its outcome",
+		Long: "demo starts a2ad with an embedded NATS server in a temporary directory, the reference fraud-review agent, " +
+			"and an MCP host built with the go-sdk client over Streamable HTTP. It delegates three refund cases — C-41 " +
+			"(above the manual review threshold: question, answer, completion), C-7 (immediate completion) and C-13 " +
+			"(the agent returns a schema-violating artifact) — prints each task's transitions and verdict, and exits 0 " +
+			"only if all three ended as expected.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			return runDemo(ctx, cmd.OutOrStdout(), log)
+		},
+	}
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log the daemon's and agent's info messages to stderr")
+	return cmd
+}
+
+// demoCase is one delegation of the demo and the outcome it must reach.
+type demoCase struct {
+	title     string
+	evidence  map[string]any
+	answer    string // answer to the agent's question, if one is expected
+	wantState task.State
+	wantWhy   string
+}
+
+var demoCases = []demoCase{
+	{
+		title: "C-41: refund above the manual review threshold (question, answer, completion)",
+		evidence: map[string]any{"case_id": "C-41", "amount_cents": 125000, "currency": "EUR", "manual_review_above_cents": 50000,
+			"customer_tenure_days": 400, "prior_refunds_90d": 1},
+		answer:    "yes",
+		wantState: task.Completed,
+	},
+	{
+		title:     "C-7: small refund (immediate completion)",
+		evidence:  map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 900},
+		wantState: task.Completed,
+	},
+	{
+		title:     "C-13: the agent misbehaves and returns a schema-violating artifact",
+		evidence:  map[string]any{"case_id": "C-13", "amount_cents": 4500, "currency": "EUR"},
+		wantState: task.Failed,
+		wantWhy:   task.ReasonArtifactRejected,
+	},
+}
+
+func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
+	dir, err := os.MkdirTemp("", "a2ad-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	d, err := daemon.Start(ctx, daemon.Config{
+		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+		}},
+	}, log, true)
+	if err != nil {
+		return err
+	}
+	defer d.Stop()
+	fmt.Fprintf(out, "a2ad demo: daemon up (NATS %s, MCP %s/mcp, data in %s)\n", d.NATSURL, d.HTTPURL, dir)
+
+	nc, err := nats.Connect(d.NATSURL, nats.Name("fraud-review-agent"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
+		Misbehave: map[string]string{"C-13": "invalid-artifact"}, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := agent.Start(ctx); err != nil {
+		return err
+	}
+	defer agent.Stop()
+	if err := waitDelegable(ctx, d, "fraud-review"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "reference agent fraud-review registered its card and is approved (trust on first use)")
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "a2ad-demo-host", Version: "1.0"}, nil)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp"}, nil)
+	if err != nil {
+		return fmt.Errorf("MCP connect: %w", err)
+	}
+	defer session.Close()
+
+	failures := 0
+	for _, c := range demoCases {
+		fmt.Fprintf(out, "\n== %s\n", c.title)
+		got, err := runCase(ctx, out, session, c)
+		if err == nil {
+			var rec *task.Record
+			if rec, _, err = d.Service.Tasks.Get(ctx, got.TaskID); err == nil {
+				rec.Pending = nil
+				_ = printTask(out, rec, time.Now())
+			}
+		}
+		switch {
+		case err != nil:
+			fmt.Fprintf(out, "FAIL: %v\n", err)
+			failures++
+		case got.State != string(c.wantState) || got.Reason != c.wantWhy:
+			fmt.Fprintf(out, "FAIL: ended %s (%s), want %s (%s)\n", got.State, got.Reason, c.wantState, c.wantWhy)
+			failures++
+		default:
+			fmt.Fprintf(out, "verdict: %s", got.State)
+			if got.Reason != "" {
+				fmt.Fprintf(out, " (%s)", got.Reason)
+			}
+			fmt.Fprintln(out, " — as expected")
+		}
+	}
+	if failures > 0 {
+		return fmt.Errorf("demo: %d of %d cases did not end as expected", failures, len(demoCases))
+	}
+	fmt.Fprintf(out, "\ndemo: all %d cases ended as expected\n", len(demoCases))
+	return nil
+}
+
+func waitDelegable(ctx context.Context, d *daemon.Daemon, id string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, err := d.Service.Agents.Get(ctx, id); err == nil && r.Delegable {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New("demo: the reference agent did not register within 15s")
+}
+
+func runCase(ctx context.Context, out io.Writer, s *mcp.ClientSession, c demoCase) (*mcpedge.TaskOutput, error) {
+	got, err := callTask(ctx, s, "delegate", map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk",
+		"objective":     "Assess the fraud risk of this refund request and recommend a risk level.",
+		"evidence":      c.evidence,
+		"constraints":   []string{"Do not contact the customer.", "Use only the evidence given."},
+		"output_schema": "risk_assessment",
+		"budget":        map[string]any{"deadline_seconds": 120},
+		"wait_seconds":  20,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "delegate -> task %s: %s\n", got.TaskID, got.State)
+	if got.State == string(task.InputRequired) {
+		fmt.Fprintf(out, "agent asks: %s\n", got.Question)
+		if c.answer == "" {
+			return got, nil
+		}
+		fmt.Fprintf(out, "host answers: %s\n", c.answer)
+		if got, err = callTask(ctx, s, "task_respond", map[string]any{"task_id": got.TaskID, "answer": c.answer, "wait_seconds": 20}); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "task_respond -> %s\n", got.State)
+	}
+	for _, a := range got.Artifacts {
+		for _, p := range a.Parts {
+			b, _ := json.Marshal(p.Data)
+			fmt.Fprintf(out, "validated artifact %s: %s\n", a.ArtifactID, b)
+		}
+	}
+	for _, v := range got.Verdicts {
+		if !v.Valid {
+			var parts []string
+			for _, x := range v.Violations {
+				parts = append(parts, x.Pointer+" ("+x.Keyword+")")
+			}
+			fmt.Fprintf(out, "artifact %s rejected at: %s\n", v.ArtifactID, strings.Join(parts, ", "))
+		}
+	}
+	return got, nil
+}
+
+// callTask calls a task tool and decodes its structured result.
+func callTask(ctx context.Context, s *mcp.ClientSession, tool string, args map[string]any) (*mcpedge.TaskOutput, error) {
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tool, err)
+	}
+	if res.IsError {
+		var msg []string
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				msg = append(msg, t.Text)
+			}
+		}
+		return nil, fmt.Errorf("%s: %s", tool, strings.Join(msg, "; "))
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return nil, err
+	}
+	var o mcpedge.TaskOutput
+	if err := json.Unmarshal(b, &o); err != nil {
+		return nil, fmt.Errorf("%s: structured result: %w", tool, err)
+	}
+	return &o, nil
+}

@@ -1,0 +1,106 @@
+// Command a2ad is the delegation broker daemon and its operator CLI.
+//
+//	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
+//	a2ad demo
+//	a2ad tasks list|get ID [--server URL] [--json]
+//
+// This file only parses flags and wires packages.
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := newRoot(os.Stdout, os.Stderr).Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "a2ad",
+		Short:         "a2ad delegates bounded work from AI hosts (MCP) to remote A2A agents over NATS",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newServe(), newDemo(), newTasks())
+	return root
+}
+
+func newServe() *cobra.Command {
+	var configPath string
+	var stdio bool
+	var o daemon.Config
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: embedded NATS with JetStream, MCP over Streamable HTTP at /mcp (or stdio)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := daemon.Config{}
+			if configPath != "" {
+				var err error
+				if cfg, err = daemon.LoadConfig(configPath); err != nil {
+					return err
+				}
+			}
+			f := cmd.Flags()
+			override := func(name string, dst *string, v string) {
+				if f.Changed(name) {
+					*dst = v
+				}
+			}
+			override("data-dir", &cfg.DataDir, o.DataDir)
+			override("http-addr", &cfg.HTTPAddr, o.HTTPAddr)
+			override("nats-listen", &cfg.NATSListen, o.NATSListen)
+			override("nats-url", &cfg.NATSURL, o.NATSURL)
+			override("schemas-dir", &cfg.SchemasDir, o.SchemasDir)
+			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			d, err := daemon.Start(ctx, cfg, log, !stdio)
+			if err != nil {
+				return err
+			}
+			defer d.Stop()
+			log.Info("a2ad serving", "nats", d.NATSURL, "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
+			if stdio {
+				err := d.MCP.Run(ctx, &mcp.StdioTransport{})
+				if ctx.Err() == nil && err != nil {
+					return err
+				}
+				return nil
+			}
+			<-ctx.Done()
+			log.Info("a2ad stopping")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "YAML configuration file (agents, schemas, limits); flags override it")
+	f.BoolVar(&stdio, "stdio", false, "serve MCP on stdin/stdout instead of HTTP (logs go to stderr)")
+	f.StringVar(&o.DataDir, "data-dir", "./a2ad-data", "directory for the embedded NATS JetStream state")
+	f.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (MCP at /mcp, admin API at /v1/)")
+	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address")
+	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one")
+	f.StringVar(&o.SchemasDir, "schemas-dir", "", "directory of host JSON Schemas (draft-07); default: the built-in ones")
+	return cmd
+}
+
+func mcpURL(d *daemon.Daemon) string {
+	if d.HTTPURL == "" {
+		return "stdio"
+	}
+	return d.HTTPURL + "/mcp"
+}

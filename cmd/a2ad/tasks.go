@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/a2ad/a2ad/task"
+	"github.com/spf13/cobra"
+)
+
+func newTasks() *cobra.Command {
+	var server string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "Show delegated tasks of the running daemon (admin API)",
+	}
+	cmd.PersistentFlags().StringVar(&server, "server", envOr("A2AD_SERVER", "http://127.0.0.1:8080"), "a2ad HTTP base URL (env A2AD_SERVER)")
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List every task: id, state, agent, age",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var out struct {
+				Tasks []task.Record `json:"tasks"`
+			}
+			raw, err := getJSON(server, "/v1/tasks", &out)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			return printTaskTable(cmd.OutOrStdout(), out.Tasks, time.Now())
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one task with its transition history",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var rec task.Record
+			raw, err := getJSON(server, "/v1/tasks/"+url.PathEscape(args[0]), &rec)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			return printTask(cmd.OutOrStdout(), &rec, time.Now())
+		},
+	}
+	cmd.AddCommand(list, get)
+	return cmd
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// getJSON fetches path from the admin API and decodes it into v; it returns
+// the raw body for --json.
+func getJSON(server, path string, v any) ([]byte, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(strings.TrimRight(server, "/") + path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
+			return nil, fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+		}
+		return nil, fmt.Errorf("a2ad answered %s", resp.Status)
+	}
+	return raw, json.Unmarshal(raw, v)
+}
+
+func printTaskTable(w io.Writer, recs []task.Record, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tSTATE\tAGENT\tSKILL\tTENANT\tAGE\tREASON")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.AgentID, r.Skill, r.Tenant, age(now, r.CreatedAt), r.Reason)
+	}
+	return tw.Flush()
+}
+
+func printTask(w io.Writer, r *task.Record, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Task:\t%s\n", r.ID)
+	fmt.Fprintf(tw, "State:\t%s\n", r.State)
+	if r.Reason != "" {
+		fmt.Fprintf(tw, "Reason:\t%s\n", r.Reason)
+	}
+	fmt.Fprintf(tw, "Agent:\t%s (skill %s, agent task %s)\n", r.AgentID, r.Skill, r.AgentTaskID)
+	fmt.Fprintf(tw, "Tenant:\t%s (subject %s)\n", r.Tenant, r.Subject)
+	fmt.Fprintf(tw, "Age:\t%s (created %s)\n", age(now, r.CreatedAt), r.CreatedAt.Format(time.RFC3339))
+	fmt.Fprintf(tw, "Deadline:\t%s\n", r.Deadline.Format(time.RFC3339))
+	fmt.Fprintf(tw, "Brief:\t%s (schema %s)\n", r.BriefDigest, r.OutputSchema)
+	if r.Question != "" {
+		fmt.Fprintf(tw, "Question:\t%q\n", r.Question)
+	}
+	for _, v := range r.Verdicts {
+		verdict := "valid"
+		if !v.Valid {
+			verdict = "rejected"
+			for _, x := range v.Violations {
+				verdict += fmt.Sprintf(" %s(%s)", x.Pointer, x.Keyword)
+			}
+		}
+		fmt.Fprintf(tw, "Artifact:\t%s %s\n", v.ArtifactID, verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "History:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  AT\tEVENT\tFROM\tTO\tSOURCE\tNOTE")
+	for _, h := range r.History {
+		note := h.Reason
+		if h.Refused && !strings.HasPrefix(note, "refused") {
+			note = "refused " + note
+		}
+		from := string(h.From)
+		if from == "" {
+			from = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.At.Format("15:04:05.000"), h.Event, from, h.To, h.Source, note)
+	}
+	return tw.Flush()
+}
+
+func age(now, t time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

@@ -1,0 +1,77 @@
+// Package admin serves the operators' HTTP API under /v1/: tasks and agents
+// as JSON, read from the shared stores (any tenant). The `a2ad tasks` and
+// `a2ad agents` commands are its clients.
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/task"
+)
+
+// Handler returns the /v1/ API:
+//
+//	GET /v1/tasks          {"tasks":[Record…]} newest first
+//	GET /v1/tasks/{id}     Record with its full history
+//	GET /v1/agents         {"agents":[agentcard.Record…]}
+//
+// Records never carry unvalidated artifact content. Errors are
+// {"error":{"code","message"}} with 404 for an unknown id.
+func Handler(svc *broker.Service) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
+		recs, err := svc.Tasks.List(r.Context())
+		if err != nil {
+			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		for _, rec := range recs {
+			rec.Pending = nil
+		}
+		if recs == nil {
+			recs = []*task.Record{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"tasks": recs})
+	})
+	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
+		rec, _, err := svc.Tasks.Get(r.Context(), r.PathValue("id"))
+		if errors.Is(err, task.ErrNotFound) {
+			writeErr(w, http.StatusNotFound, "task_not_found", "no task "+r.PathValue("id"))
+			return
+		}
+		if err != nil {
+			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		rec.Pending = nil
+		writeJSON(w, http.StatusOK, rec)
+	})
+	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, r *http.Request) {
+		recs, err := svc.Agents.List(r.Context(), "")
+		if err != nil {
+			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		if recs == nil {
+			recs = []agentcard.Record{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"agents": recs})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}

@@ -1,0 +1,101 @@
+// Package daemon assembles a running a2ad from its parts: the NATS
+// connection (embedded server or external), the stores, the tracker, the
+// registration responder, the MCP edge and the HTTP listener. `a2ad serve`,
+// `a2ad demo` and the end-to-end tests all start it through [Start].
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"github.com/a2ad/a2ad/agentcard"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is a2ad's configuration. The YAML file (--config) fills it; flags
+// override it. Zero values take the defaults in [Config.withDefaults].
+type Config struct {
+	// DataDir holds the embedded NATS JetStream state (default ./a2ad-data).
+	DataDir string `yaml:"data_dir"`
+	// HTTPAddr serves MCP at /mcp, the admin API at /v1/ and /healthz
+	// (default 127.0.0.1:8080; port 0 picks a free one).
+	HTTPAddr string `yaml:"http_addr"`
+	// NATSListen is the embedded server's client address (default
+	// 127.0.0.1:4222; port -1 picks a free one).
+	NATSListen string `yaml:"nats_listen"`
+	// NATSURL connects to an existing NATS server instead; nothing is embedded.
+	NATSURL string `yaml:"nats_url"`
+	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
+	// bytes (default 256 MiB and 4 GiB).
+	JetStreamMaxMemory int64 `yaml:"jetstream_max_memory"`
+	JetStreamMaxStore  int64 `yaml:"jetstream_max_store"`
+	// Replicas of the KV buckets and the events stream (default 1).
+	Replicas int `yaml:"replicas"`
+	// SchemasDir holds the host schemas (*.json, draft-07); empty means the
+	// built-in ones (testdata/schemas: risk_assessment, refund_evidence).
+	SchemasDir string `yaml:"schemas_dir"`
+	// Agents names the agents hosts may delegate to, their tenants and trust.
+	Agents []AgentConfig `yaml:"agents"`
+	// Principal is the caller of stdio sessions (and, until token
+	// verification lands, of HTTP requests).
+	Principal PrincipalConfig `yaml:"principal"`
+	// MaxDeadlineSeconds is the longest budget a host may ask for (default 86400).
+	MaxDeadlineSeconds int `yaml:"max_deadline_seconds"`
+}
+
+// AgentConfig configures one agent.
+type AgentConfig struct {
+	agentcard.AgentConfig `yaml:",inline"`
+	// EvidenceSchemas maps a skill id to the host schema its evidence must
+	// satisfy before anything is sent.
+	EvidenceSchemas map[string]string `yaml:"evidence_schemas"`
+}
+
+// PrincipalConfig is a configured principal.
+type PrincipalConfig struct {
+	Subject string   `yaml:"subject"`
+	Tenant  string   `yaml:"tenant"`
+	Scopes  []string `yaml:"scopes"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.DataDir == "" {
+		c.DataDir = "./a2ad-data"
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:8080"
+	}
+	if c.NATSListen == "" {
+		c.NATSListen = "127.0.0.1:4222"
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Principal.Tenant == "" {
+		c.Principal.Tenant = "default"
+	}
+	if c.Principal.Subject == "" {
+		c.Principal.Subject = "local"
+	}
+	if len(c.Principal.Scopes) == 0 {
+		c.Principal.Scopes = []string{"a2a:read", "a2a:delegate"}
+	}
+	return c
+}
+
+// LoadConfig reads a YAML configuration file strictly: an unknown key is an
+// error naming its line.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}

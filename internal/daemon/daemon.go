@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/brief"
+	"github.com/a2ad/a2ad/internal/admin"
+	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Daemon is a running a2ad.
+type Daemon struct {
+	Config  Config
+	Service *broker.Service
+	MCP     *mcp.Server
+	// NATSURL is where agents connect (the embedded server's client URL, or
+	// the configured external one).
+	NATSURL string
+	// HTTPURL is the base URL of the HTTP listener ("" in stdio mode).
+	HTTPURL string
+
+	log    *slog.Logger
+	ns     *server.Server
+	nc     *nats.Conn
+	http   *http.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
+// opened. Stop releases everything.
+func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*Daemon, error) {
+	cfg = cfg.withDefaults()
+	d := &Daemon{Config: cfg, log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			d.Stop()
+		}
+	}()
+	var err error
+	if cfg.NATSURL == "" {
+		storeDir := filepath.Join(cfg.DataDir, "jetstream")
+		if err := os.MkdirAll(storeDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
+			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore})
+		if err != nil {
+			return nil, err
+		}
+		d.NATSURL = d.ns.ClientURL()
+		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"))
+	} else {
+		d.NATSURL = cfg.NATSURL
+		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	js, err := jetstream.New(d.nc)
+	if err != nil {
+		return nil, err
+	}
+	schemas, err := loadSchemas(cfg.SchemasDir)
+	if err != nil {
+		return nil, err
+	}
+	var agentCfg []agentcard.AgentConfig
+	evidence := map[string]string{}
+	for _, a := range cfg.Agents {
+		agentCfg = append(agentCfg, a.AgentConfig)
+		for skill, name := range a.EvidenceSchemas {
+			if _, err := schemas.Get(name); err != nil {
+				return nil, fmt.Errorf("config: agent %s skill %s evidence schema: %w", a.ID, skill, err)
+			}
+			evidence[a.ID+"/"+skill] = name
+		}
+	}
+	agents, err := agentcard.NewRegistry(ctx, js, agentCfg, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	store, err := task.NewStore(runCtx, js, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Tasks: store, Client: natsbind.NewClient(d.nc), Log: log,
+		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence}
+	if err := d.Service.Init(ctx, js, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log}
+	if _, err := task.EnsureStream(ctx, js, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := tracker.Run(runCtx, js, cfg.Replicas); err != nil {
+			log.Error("tracker stopped", "err", err)
+		}
+	}()
+	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
+		return nil, err
+	}
+	principal := broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
+	d.MCP = mcpedge.NewServer(d.Service, log, func(*mcp.CallToolRequest) broker.Principal { return principal })
+	if serveHTTP {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		d.HTTPURL = "http://" + ln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", mcpedge.HTTPHandler(d.MCP, log))
+		mux.Handle("/v1/", admin.Handler(d.Service))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "err", err)
+			}
+		}()
+	}
+	ok = true
+	return d, nil
+}
+
+func loadSchemas(dir string) (*artifact.Registry, error) {
+	if dir == "" {
+		return artifact.LoadFS(a2ad.HostSchemas(), ".")
+	}
+	return artifact.LoadDir(dir)
+}
+
+func (d *Daemon) register(m *nats.Msg) {
+	var req natsbind.RegisterRequest
+	resp := natsbind.RegisterResponse{}
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		resp.Error = "registration must be {\"agentId\":…, \"card\":…}"
+	} else {
+		resp.AgentID = req.AgentID
+		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
+		if err != nil {
+			resp.Error = err.Error()
+			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
+		} else {
+			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
+			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
+		}
+	}
+	b, _ := json.Marshal(resp)
+	_ = m.Respond(b)
+}
+
+// Stop stops taking calls, lets in-flight writes finish, and shuts down
+// NATS (the embedded server's state stays in the data dir). Open tasks are
+// left for the next start or another instance.
+func (d *Daemon) Stop() {
+	d.once.Do(func() {
+		if d.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = d.http.Shutdown(ctx)
+			cancel()
+		}
+		if d.Service != nil {
+			d.Service.Close()
+		}
+		if d.cancel != nil {
+			d.cancel()
+		}
+		d.wg.Wait()
+		if d.nc != nil {
+			_ = d.nc.Drain()
+			d.nc.Close()
+		}
+		if d.ns != nil {
+			d.ns.Shutdown()
+			d.ns.WaitForShutdown()
+		}
+	})
+}

@@ -1,0 +1,386 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/brief"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type stack struct {
+	d       *daemon.Daemon
+	agent   *refagent.Agent
+	session *mcp.ClientSession
+
+	mu       sync.Mutex
+	progress []string
+}
+
+// start runs a2ad against a real embedded NATS server (as an external
+// --nats-url), the reference agent, and a go-sdk MCP client over HTTP.
+func start(t *testing.T, misbehave map[string]string) *stack {
+	t.Helper()
+	ns, _, _ := natstest.Start(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	d, err := daemon.Start(ctx, daemon.Config{
+		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0",
+		Agents: []daemon.AgentConfig{{
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+		}},
+	}, log, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	s := &stack{d: d}
+	nc := natstest.Connect(t, ns)
+	s.agent, err = refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.agent.Stop)
+	waitFor(t, "agent approved", func() bool {
+		r, err := d.Service.Agents.Get(ctx, "fraud-review")
+		return err == nil && r.Delegable
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			s.mu.Lock()
+			s.progress = append(s.progress, r.Params.Message)
+			s.mu.Unlock()
+		},
+	})
+	s.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.session.Close() })
+	return s
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func evidence(caseID string, amount int) map[string]any {
+	return map[string]any{"case_id": caseID, "amount_cents": amount, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 400}
+}
+
+func delegateArgs(ev map[string]any) map[string]any {
+	return map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk",
+		"objective":     "Assess the fraud risk of this refund.",
+		"evidence":      ev,
+		"constraints":   []string{"Do not contact the customer."},
+		"output_schema": "risk_assessment",
+		"budget":        map[string]any{"deadline_seconds": 60},
+		"wait_seconds":  10,
+	}
+}
+
+// call runs a tool; it returns the structured task, or the error text.
+func (s *stack) call(t *testing.T, tool string, args map[string]any, meta mcp.Meta) (*mcpedge.TaskOutput, string) {
+	t.Helper()
+	p := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if meta != nil {
+		p.Meta = meta
+	}
+	res, err := s.session.CallTool(context.Background(), p)
+	if err != nil {
+		t.Fatalf("%s: protocol error: %v", tool, err)
+	}
+	if res.IsError {
+		return nil, res.Content[0].(*mcp.TextContent).Text
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var o mcpedge.TaskOutput
+	if err := json.Unmarshal(b, &o); err != nil {
+		t.Fatal(err)
+	}
+	return &o, ""
+}
+
+func TestAboveThresholdAsksThenCompletes(t *testing.T) {
+	s := start(t, nil)
+	ev := map[string]any{"case_id": "C-41", "amount_cents": 125000, "currency": "EUR", "manual_review_above_cents": 50000,
+		"customer_tenure_days": 400, "prior_refunds_90d": 1}
+	got, errText := s.call(t, "delegate", delegateArgs(ev), mcp.Meta{"progressToken": "p-41"})
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if got.State != "input-required" {
+		t.Fatalf("state = %s, want input-required", got.State)
+	}
+	wantQ := "Case C-41: the refund of 125000 cents is above the manual review threshold of 50000 cents. Has a human reviewer verified the customer's identity? Answer yes or no."
+	if got.Question != wantQ {
+		t.Errorf("question = %q, want %q", got.Question, wantQ)
+	}
+	// Notifications are handled concurrently with the result on the client.
+	waitFor(t, "a progress notification reporting input-required", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.progress) > 0 && strings.Contains(s.progress[len(s.progress)-1], "input-required")
+	})
+
+	// The agent received exactly the brief, byte for byte.
+	schema, err := s.d.Service.Schemas.Get("risk_assessment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evb, _ := json.Marshal(ev)
+	want, err := brief.Build(brief.Request{Objective: "Assess the fraud risk of this refund.", Evidence: evb,
+		Constraints: []string{"Do not contact the customer."}, OutputSchema: "risk_assessment", Budget: brief.Budget{DeadlineSeconds: 60}},
+		brief.OutputSchema{Name: schema.Name, Digest: schema.Digest, Document: schema.Document}, brief.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.agent.Stats()
+	if st.BriefsReceived != 1 || string(st.Received[0]) != string(want.Bytes()) {
+		t.Fatalf("agent received %d briefs; first = %s\nwant %s", st.BriefsReceived, st.Received, want.Bytes())
+	}
+	if got.BriefDigest != want.Digest() {
+		t.Errorf("brief_digest = %s, want %s", got.BriefDigest, want.Digest())
+	}
+	for _, leak := range []string{"conversation", "token", "wait_seconds", "idempotency"} {
+		if strings.Contains(string(st.Received[0]), leak) {
+			t.Errorf("brief carries %q", leak)
+		}
+	}
+
+	done, errText := s.call(t, "task_respond", map[string]any{"task_id": got.TaskID, "answer": "yes", "wait_seconds": 10}, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if done.State != "completed" || len(done.Artifacts) != 1 {
+		t.Fatalf("after answer: state %s, %d artifacts, want completed with 1", done.State, len(done.Artifacts))
+	}
+	data, _ := json.Marshal(done.Artifacts[0].Parts[0].Data)
+	var ra struct {
+		CaseID    string  `json:"case_id"`
+		RiskLevel string  `json:"risk_level"`
+		Score     float64 `json:"score"`
+	}
+	_ = json.Unmarshal(data, &ra)
+	if ra.CaseID != "C-41" || ra.RiskLevel != "low" || ra.Score != 0.2 {
+		t.Errorf("assessment = %s, want case C-41, low, 0.2", data)
+	}
+	rec, _, err := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, h := range rec.History {
+		path = append(path, h.Event+">"+string(h.To))
+	}
+	wantPath := "submit>submitted start>working ask>input-required resume>working complete>completed"
+	if strings.Join(path, " ") != wantPath {
+		t.Errorf("history = %s, want %s", strings.Join(path, " "), wantPath)
+	}
+}
+
+func TestSmallCaseCompletesAtOnce(t *testing.T) {
+	s := start(t, nil)
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-7", 1999)), nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if got.State != "completed" || got.Question != "" || len(got.Artifacts) != 1 || len(got.Verdicts) != 1 || !got.Verdicts[0].Valid {
+		t.Fatalf("got %+v, want completed with one valid artifact", got)
+	}
+	b, _ := json.Marshal(got.Artifacts[0].Parts[0].Data)
+	if !strings.Contains(string(b), `"risk_level":"low"`) || !strings.Contains(string(b), `"case_id":"C-7"`) {
+		t.Errorf("artifact = %s", b)
+	}
+	// task_get returns the same validated artifacts.
+	again, errText := s.call(t, "task_get", map[string]any{"task_id": got.TaskID}, nil)
+	if errText != "" || again.State != "completed" || len(again.Artifacts) != 1 {
+		t.Fatalf("task_get = %+v %s", again, errText)
+	}
+}
+
+func TestSchemaViolatingArtifactFailsTask(t *testing.T) {
+	s := start(t, map[string]string{"C-13": "invalid-artifact"})
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-13", 4500)), nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if got.State != "failed" || got.Reason != task.ReasonArtifactRejected || len(got.Artifacts) != 0 {
+		t.Fatalf("got state %s reason %s artifacts %d, want failed artifact_rejected 0", got.State, got.Reason, len(got.Artifacts))
+	}
+	if len(got.Verdicts) != 1 || got.Verdicts[0].Valid || len(got.Verdicts[0].Violations) == 0 {
+		t.Fatalf("verdicts = %+v", got.Verdicts)
+	}
+	all, _ := json.Marshal(got)
+	if strings.Contains(string(all), "extreme") {
+		t.Errorf("the rejected content reached the host: %s", all)
+	}
+	// A good case in the same agent process is unaffected.
+	ok, _ := s.call(t, "delegate", delegateArgs(evidence("C-8", 100)), nil)
+	if ok == nil || ok.State != "completed" {
+		t.Fatalf("good case beside a bad one: %+v", ok)
+	}
+}
+
+func TestIllegalTransitionIsRefusedAndRecorded(t *testing.T) {
+	s := start(t, map[string]string{"C-66": "illegal-transition"})
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-66", 100)), nil)
+	if errText != "" || got.State != "completed" {
+		t.Fatalf("got %+v %s", got, errText)
+	}
+	var rec *task.Record
+	waitFor(t, "refused transition in history", func() bool {
+		rec, _, _ = s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+		last := rec.History[len(rec.History)-1]
+		return last.Refused
+	})
+	last := rec.History[len(rec.History)-1]
+	if rec.State != task.Completed || last.Event != "start" || last.From != task.Completed || last.To != task.Completed {
+		t.Errorf("state %s, last history %+v; want completed unchanged and a refused start", rec.State, last)
+	}
+}
+
+func TestBadInputGetsClearErrorAndLeavesNoTask(t *testing.T) {
+	s := start(t, nil)
+	cases := []struct {
+		name   string
+		mutate func(map[string]any)
+		want   string
+	}{
+		{"unknown agent", func(a map[string]any) { a["agent"] = "nobody" }, "agent_not_found"},
+		{"unknown skill", func(a map[string]any) { a["skill"] = "nothing" }, "skill_not_found"},
+		{"unknown schema", func(a map[string]any) { a["output_schema"] = "nope" }, "schema_not_found"},
+		{"evidence value of the wrong type", func(a map[string]any) {
+			a["evidence"] = map[string]any{"case_id": "C-1", "amount_cents": "a lot", "currency": "EUR"}
+		}, "evidence_invalid: evidence does not satisfy host schema refund_evidence: /evidence/amount_cents (type)"},
+		{"unknown argument", func(a map[string]any) { a["conversation"] = "the whole chat" }, "conversation"},
+		{"empty objective", func(a map[string]any) { a["objective"] = " " }, "invalid_argument: brief: /objective: required"},
+		{"deadline too long", func(a map[string]any) { a["budget"] = map[string]any{"deadline_seconds": 10_000_000} }, "invalid_argument"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := delegateArgs(evidence("C-2", 10))
+			c.mutate(args)
+			got, errText := s.call(t, "delegate", args, nil)
+			if got != nil || !strings.Contains(errText, c.want) {
+				t.Fatalf("got %+v, error %q; want an error containing %q", got, errText, c.want)
+			}
+		})
+	}
+	t.Run("agent offline", func(t *testing.T) {
+		s.agent.Stop()
+		got, errText := s.call(t, "delegate", delegateArgs(evidence("C-3", 10)), nil)
+		if got != nil || !strings.HasPrefix(errText, "agent_offline:") {
+			t.Fatalf("got %+v, error %q; want agent_offline", got, errText)
+		}
+	})
+	recs, err := s.d.Service.Tasks.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Fatalf("%d tasks remain after refused delegations, want 0", len(recs))
+	}
+	if n := s.agent.Stats().BriefsReceived; n != 0 {
+		t.Fatalf("agent received %d briefs, want 0", n)
+	}
+}
+
+func TestCancelAndNotFound(t *testing.T) {
+	s := start(t, map[string]string{"C-99": "silent"})
+	args := delegateArgs(evidence("C-99", 10))
+	args["wait_seconds"] = 0
+	got, errText := s.call(t, "delegate", args, nil)
+	if errText != "" || (got.State != "submitted" && got.State != "working") {
+		t.Fatalf("got %+v %s", got, errText)
+	}
+	c, errText := s.call(t, "task_cancel", map[string]any{"task_id": got.TaskID}, nil)
+	if errText != "" || c.State != "canceled" || c.Reason != task.ReasonCanceledByHost {
+		t.Fatalf("cancel: %+v %s", c, errText)
+	}
+	_, errText = s.call(t, "task_cancel", map[string]any{"task_id": got.TaskID}, nil)
+	if !strings.HasPrefix(errText, "task_ended:") {
+		t.Errorf("second cancel: %q, want task_ended", errText)
+	}
+	_, errText = s.call(t, "task_get", map[string]any{"task_id": "tsk-000000000000000000000000"}, nil)
+	if errText != "task_not_found: task not found" {
+		t.Errorf("unknown task: %q", errText)
+	}
+	_, errText = s.call(t, "task_respond", map[string]any{"task_id": got.TaskID, "answer": "yes"}, nil)
+	if !strings.HasPrefix(errText, "task_not_interrupted:") {
+		t.Errorf("respond to a canceled task: %q", errText)
+	}
+}
+
+func TestIdempotencyKeyReturnsSameTask(t *testing.T) {
+	s := start(t, nil)
+	args := delegateArgs(evidence("C-5", 10))
+	args["idempotency_key"] = "case-C-5"
+	first, errText := s.call(t, "delegate", args, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	second, errText := s.call(t, "delegate", args, nil)
+	if errText != "" || second.TaskID != first.TaskID {
+		t.Fatalf("second delegate: %+v %s; want task %s", second, errText, first.TaskID)
+	}
+	if n := s.agent.Stats().BriefsReceived; n != 1 {
+		t.Errorf("agent received %d briefs, want 1", n)
+	}
+	args["objective"] = "Something else."
+	_, errText = s.call(t, "delegate", args, nil)
+	if !strings.HasPrefix(errText, "idempotency_conflict:") {
+		t.Errorf("same key, different brief: %q", errText)
+	}
+}
+
+func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
+	s := start(t, nil)
+	res, err := s.session.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		if tool.Description == "" || tool.InputSchema == nil || tool.OutputSchema == nil {
+			t.Errorf("tool %s lacks description or schemas", tool.Name)
+		}
+	}
+	if got := strings.Join(names, ","); got != "agents_list,delegate,task_cancel,task_get,task_respond" {
+		t.Errorf("tools = %s", got)
+	}
+	agents, err := s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
+	if err != nil || agents.IsError {
+		t.Fatal(err, agents)
+	}
+	b, _ := json.Marshal(agents.StructuredContent)
+	if !strings.Contains(string(b), `"id":"fraud-review"`) || !strings.Contains(string(b), `"delegable":true`) || !strings.Contains(string(b), `"assess_refund_risk"`) {
+		t.Errorf("agents_list = %s", b)
+	}
+}

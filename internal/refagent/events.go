@@ -1,0 +1,204 @@
+package refagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Publish retry: backoff from publishBackoffMin doubling to publishBackoffMax,
+// each attempt waiting up to publishAttemptTimeout for the stream's ack.
+const (
+	publishBackoffMin     = 50 * time.Millisecond
+	publishBackoffMax     = 2 * time.Second
+	publishAttemptTimeout = 2 * time.Second
+)
+
+// artifact identity of the risk assessment.
+const (
+	artifactID   = "risk-assessment"
+	artifactName = "risk_assessment"
+)
+
+// spawn runs the task's work in a goroutine the agent waits for on Stop.
+func (a *Agent) spawn(t *task) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.run(t)
+	}()
+}
+
+// run does a task's work and publishes its events, in order, each after
+// the previous one was acknowledged. It returns early when the task is
+// canceled or the agent stops.
+func (a *Agent) run(t *task) {
+	ev := eventStream{a: a, t: t}
+	if t.evErr != nil {
+		st, ok := a.advance(t, a2a.TaskStateRejected, t.agentMessage(t.evErr.Error()))
+		if ok {
+			ev.status(st)
+		}
+		return
+	}
+	st, ok := a.advance(t, a2a.TaskStateWorking, nil)
+	if !ok || !ev.status(st) {
+		return
+	}
+	var verified *bool
+	if t.ev.needsReview() {
+		st, ok := a.advance(t, a2a.TaskStateInputRequired, t.agentMessage(t.ev.question()))
+		if !ok || !ev.status(st) {
+			return
+		}
+		var answer string
+		select {
+		case answer = <-t.answer:
+		case <-t.ctx.Done():
+			return
+		}
+		v := affirmative(answer)
+		verified = &v
+		// The follow-up's reply already carried WORKING; the event records it.
+		st, ok = a.advance(t, a2a.TaskStateWorking, nil)
+		if !ok || !ev.status(st) {
+			return
+		}
+	}
+
+	var data any = assess(t.ev, verified)
+	if t.mode == ModeInvalidArtifact {
+		data = invalidAssessment(t.ev)
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		a.log.Error("assessment not encodable", "task", t.id, "err", err)
+		return
+	}
+	art := a2a.Artifact{ArtifactID: artifactID, Name: artifactName, Parts: []a2a.Part{a2a.DataPart(raw)}}
+	st, ok = a.complete(t, art)
+	if !ok {
+		return
+	}
+	if !ev.artifact(art) || !ev.status(st) {
+		return
+	}
+	a.log.Info("task completed", "task", t.id, "case", t.ev.CaseID)
+	if t.mode == ModeIllegalTransition {
+		ev.status(a2a.TaskStatus{State: a2a.TaskStateWorking, Timestamp: now()})
+	}
+}
+
+// advance moves the task to state unless it is already terminal (canceled
+// meanwhile) and returns the new status.
+func (a *Agent) advance(t *task, state a2a.TaskState, msg *a2a.Message) (a2a.TaskStatus, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if terminal(t.status.State) {
+		return a2a.TaskStatus{}, false
+	}
+	t.status = a2a.TaskStatus{State: state, Message: msg, Timestamp: now()}
+	return t.status, true
+}
+
+// complete records the artifact and COMPLETED in one step, so that a
+// CancelTask sees either a cancelable task or a completed one.
+func (a *Agent) complete(t *task, art a2a.Artifact) (a2a.TaskStatus, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if terminal(t.status.State) {
+		return a2a.TaskStatus{}, false
+	}
+	t.artifacts = append(t.artifacts, art)
+	t.status = a2a.TaskStatus{State: a2a.TaskStateCompleted, Timestamp: now()}
+	return t.status, true
+}
+
+// agentMessage is a status message from the agent with one text part.
+func (t *task) agentMessage(text string) *a2a.Message {
+	return &a2a.Message{
+		MessageID: newID("msg-"),
+		ContextID: t.contextID,
+		TaskID:    t.id,
+		Role:      a2a.RoleAgent,
+		Parts:     []a2a.Part{a2a.TextPart(text)},
+	}
+}
+
+// eventStream publishes one task's events; seq numbers them for
+// Nats-Msg-Id. Only the task's run goroutine uses it.
+type eventStream struct {
+	a   *Agent
+	t   *task
+	seq int
+}
+
+func (s *eventStream) status(st a2a.TaskStatus) bool {
+	return s.publish(a2a.StreamResponse{StatusUpdate: &a2a.TaskStatusUpdateEvent{
+		TaskID: s.t.id, ContextID: s.t.contextID, Status: st,
+	}})
+}
+
+func (s *eventStream) artifact(art a2a.Artifact) bool {
+	return s.publish(a2a.StreamResponse{ArtifactUpdate: &a2a.TaskArtifactUpdateEvent{
+		TaskID: s.t.id, ContextID: s.t.contextID, Artifact: art, LastChunk: true,
+	}})
+}
+
+// publish sends one stream item to the task's events subject with
+// JetStream acknowledgement, retrying with backoff until acknowledged; it
+// gives up (false) only when the task is canceled or the agent stops. The
+// Nats-Msg-Id "<agentTaskId>.<seq>" is the same on every retry, so the
+// stream deduplicates a publish whose ack was lost.
+func (s *eventStream) publish(item a2a.StreamResponse) bool {
+	s.seq++
+	body, err := json.Marshal(item)
+	if err != nil {
+		s.a.log.Error("event not encodable", "task", s.t.id, "err", err)
+		return false
+	}
+	msgID := fmt.Sprintf("%s.%d", s.t.id, s.seq)
+	ctx := s.t.ctx
+	wait := publishBackoffMin
+	for attempt := 1; ; attempt++ {
+		m := nats.NewMsg(s.t.eventsSubject)
+		m.Data = body
+		m.Header.Set(natsbind.HeaderMsgID, msgID)
+		m.Header.Set(natsbind.HeaderA2AVersion, a2a.Version)
+		if s.t.traceparent != "" {
+			m.Header.Set(natsbind.HeaderTraceparent, s.t.traceparent)
+		}
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		_, err := s.a.js.PublishMsg(actx, m, jetstream.WithRetryAttempts(0))
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		lvl := slog.LevelDebug
+		if attempt == 1 || attempt%20 == 0 {
+			lvl = slog.LevelWarn
+		}
+		s.a.log.Log(ctx, lvl, "event not acknowledged, retrying", "task", s.t.id, "msgId", msgID, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, publishBackoffMax)
+	}
+}

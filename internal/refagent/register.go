@@ -1,0 +1,69 @@
+package refagent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go"
+)
+
+// Registration retry: one attempt a second, each waiting up to
+// registerTimeout for a2ad's answer.
+const (
+	registerInterval = time.Second
+	registerTimeout  = 2 * time.Second
+)
+
+// registerBody is the [natsbind.RegisterRequest] JSON with the card spliced
+// in byte for byte: json.Marshal would compact and re-escape a
+// json.RawMessage, and a2ad fingerprints the bytes it receives.
+func registerBody(agentID string, card []byte) []byte {
+	id, _ := json.Marshal(agentID) // a string: cannot fail
+	b := make([]byte, 0, len(card)+len(id)+24)
+	b = append(b, `{"agentId":`...)
+	b = append(b, id...)
+	b = append(b, `,"card":`...)
+	b = append(b, card...)
+	return append(b, '}')
+}
+
+// register sends the card to a2a.registry.register until a2ad answers (no
+// responders and timeouts are retried every second) and logs the outcome.
+// Registration is informative: the agent serves whatever the status.
+func (a *Agent) register() {
+	body := registerBody(a.agentID, a.card)
+	for attempt := 1; ; attempt++ {
+		msg := nats.NewMsg(natsbind.RegisterSubject)
+		msg.Header.Set(natsbind.HeaderA2AVersion, a2a.Version)
+		msg.Data = body
+		ctx, cancel := context.WithTimeout(a.ctx, registerTimeout)
+		reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+		cancel()
+		if err == nil {
+			var r natsbind.RegisterResponse
+			switch {
+			case json.Unmarshal(reply.Data, &r) != nil:
+				a.log.Warn("registration answer is not a RegisterResponse", "bytes", len(reply.Data))
+			case r.Error != "":
+				a.log.Warn("registration refused", "status", r.Status, "error", r.Error)
+			default:
+				a.log.Info("registered", "status", r.Status, "fingerprint", r.Fingerprint)
+			}
+			return
+		}
+		if a.ctx.Err() != nil {
+			return
+		}
+		if attempt == 1 {
+			a.log.Info("registry not answering yet; retrying every second", "err", err)
+		}
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-time.After(registerInterval):
+		}
+	}
+}

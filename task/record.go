@@ -1,0 +1,131 @@
+// Package task keeps delegated tasks: the record, the lifecycle state machine
+// (looplab/fsm), the store on a JetStream KV bucket with compare-and-swap, and
+// the tracker that applies agent events. The KV record is the single source
+// of truth: no task state lives only in memory.
+package task
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/internal/a2a"
+)
+
+// Reasons recorded with a terminal state or a refused transition.
+const (
+	ReasonArtifactRejected = "artifact_rejected"
+	ReasonArtifactMissing  = "artifact_missing"
+	ReasonArtifactTooLarge = "artifact_too_large"
+	ReasonDeadlineExceeded = "deadline_exceeded"
+	ReasonCanceledByHost   = "canceled_by_host"
+	ReasonAgentFailed      = "agent_failed"
+	ReasonAgentRejected    = "agent_rejected"
+)
+
+// Sources of a transition.
+const (
+	SourceAgent  = "agent"
+	SourceHost   = "host"
+	SourceDaemon = "daemon"
+)
+
+// Transition is one entry of a task's history: an applied or refused move.
+type Transition struct {
+	At      time.Time `json:"at"`
+	From    State     `json:"from"`
+	To      State     `json:"to"`
+	Event   string    `json:"event"`
+	Source  string    `json:"source"`
+	Reason  string    `json:"reason,omitempty"`
+	Refused bool      `json:"refused,omitempty"`
+	MsgID   string    `json:"msg_id,omitempty"`
+}
+
+// Artifact is a validated artifact as hosts receive it.
+type Artifact struct {
+	ArtifactID string     `json:"artifact_id"`
+	Name       string     `json:"name,omitempty"`
+	Parts      []a2a.Part `json:"parts"`
+}
+
+// Record is a delegated task as stored under its ID in the KV bucket.
+// Pending holds artifact content not yet validated; it is never shown to a
+// host, and rejected content is dropped from the record.
+type Record struct {
+	ID             string             `json:"task_id"`
+	Tenant         string             `json:"tenant"`
+	Subject        string             `json:"subject"`
+	AgentID        string             `json:"agent_id"`
+	Skill          string             `json:"skill"`
+	AgentTaskID    string             `json:"agent_task_id,omitempty"`
+	ContextID      string             `json:"context_id,omitempty"`
+	BriefDigest    string             `json:"brief_digest"`
+	OutputSchema   string             `json:"output_schema"`
+	SchemaDigest   string             `json:"schema_digest"`
+	IdempotencyKey string             `json:"idempotency_key,omitempty"`
+	State          State              `json:"state"`
+	Reason         string             `json:"reason,omitempty"`
+	StatusMessage  string             `json:"status_message,omitempty"`
+	Question       string             `json:"question,omitempty"`
+	Artifacts      []Artifact         `json:"artifacts,omitempty"`
+	Verdicts       []artifact.Verdict `json:"verdicts,omitempty"`
+	Pending        []a2a.Artifact     `json:"pending,omitempty"`
+	Turns          int                `json:"turns"`
+	Deadline       time.Time          `json:"deadline"`
+	CreatedAt      time.Time          `json:"created_at"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+	History        []Transition       `json:"history"`
+	// Applied holds the Nats-Msg-Ids of the last events applied, so a
+	// redelivered event changes nothing.
+	Applied []string `json:"applied,omitempty"`
+}
+
+const maxApplied = 64
+
+func (r *Record) seen(msgID string) bool { return msgID != "" && slices.Contains(r.Applied, msgID) }
+
+func (r *Record) remember(msgID string) {
+	if msgID == "" {
+		return
+	}
+	r.Applied = append(r.Applied, msgID)
+	if len(r.Applied) > maxApplied {
+		r.Applied = r.Applied[len(r.Applied)-maxApplied:]
+	}
+}
+
+// Move applies event from the record's state through the FSM and records the
+// outcome in History. On refusal the state is unchanged and the refusal is
+// recorded; the error wraps ErrIllegalTransition.
+func (r *Record) Move(now time.Time, event, source, reason, msgID string) error {
+	from := r.State
+	to, err := Fire(from, event)
+	if err != nil {
+		r.History = append(r.History, Transition{At: now, From: from, To: from, Event: event, Source: source,
+			Reason: "refused: " + event + " is not allowed from " + string(from), Refused: true, MsgID: msgID})
+		r.UpdatedAt = now
+		return err
+	}
+	r.State = to
+	if to.Terminal() || reason != "" {
+		r.Reason = reason
+	}
+	if !to.Interrupted() {
+		r.Question = ""
+	}
+	r.History = append(r.History, Transition{At: now, From: from, To: to, Event: event, Source: source, Reason: reason, MsgID: msgID})
+	r.UpdatedAt = now
+	return nil
+}
+
+func encode(r *Record) ([]byte, error) { return json.Marshal(r) }
+
+func decode(b []byte) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

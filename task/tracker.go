@@ -1,0 +1,296 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names of the JetStream stream that captures agent events and of the
+// durable consumer a2ad instances share to apply them.
+const (
+	EventsStream   = "A2AD_EVENTS"
+	EventsConsumer = "a2ad-tracker"
+)
+
+// MaxPendingBytes caps the artifact content one task may accumulate before
+// validation; beyond it the task fails with ReasonArtifactTooLarge.
+const MaxPendingBytes = 256 << 10
+
+// errNoChange tells Store.Update to skip the write.
+var errNoChange = errors.New("no change")
+
+// Tracker applies agent events to task records: FSM check, artifact
+// validation on completion, compare-and-swap write.
+type Tracker struct {
+	Store   *Store
+	Schemas *artifact.Registry
+	Log     *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (t *Tracker) now() time.Time {
+	if t.Now != nil {
+		return t.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// EnsureStream creates or updates the events stream: work-queue retention
+// (an event stays until an instance applied it), deduplication on
+// Nats-Msg-Id within 2 minutes, 7 days maximum age.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "A2A events from agents, kept until an a2ad instance applied them",
+		Subjects:    []string{natsbind.EventsWildcard},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(1, replicas),
+		Duplicates:  2 * time.Minute,
+		MaxAge:      7 * 24 * time.Hour,
+		MaxMsgSize:  1 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("task: events stream: %w", err)
+	}
+	return st, nil
+}
+
+// Run applies events from the shared durable consumer until ctx ends.
+func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	st, err := EnsureStream(ctx, js, replicas)
+	if err != nil {
+		return err
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       EventsConsumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 1024,
+	})
+	if err != nil {
+		return fmt.Errorf("task: events consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		err := t.Apply(context.Background(), m.Subject(), m.Headers().Get(natsbind.HeaderMsgID), m.Data())
+		if err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, ErrNotFound) && !errors.Is(err, errRefused) {
+			t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "err", err)
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return fmt.Errorf("task: consume events: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	return nil
+}
+
+var errRefused = errors.New("event refused")
+
+// Apply applies one event published on subject (a2a.events.<agentId>.<taskId>).
+// Redelivered events (same msgID) change nothing. Returns ErrNotFound for an
+// unknown task, an error wrapping ErrIllegalTransition for a refused
+// transition (recorded in the task's history, state unchanged), errRefused
+// for a malformed or foreign event (also recorded), or a store error.
+func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte) error {
+	agentID, taskID, err := natsbind.ParseEventsSubject(subject)
+	if err != nil {
+		t.Log.Warn("event on a malformed subject dropped", "subject", subject)
+		return errRefused
+	}
+	item, decErr := a2a.DecodeStreamResponse(data)
+	_, err = t.Store.Update(ctx, taskID, func(r *Record) error {
+		now := t.now()
+		if r.seen(msgID) {
+			return errNoChange
+		}
+		r.remember(msgID)
+		if r.AgentID != agentID {
+			t.Log.Warn("event for a task of another agent refused", "task", taskID, "subject_agent", agentID, "owner", r.AgentID)
+			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+				Reason: "refused: event published by an agent that does not own this task", Refused: true, MsgID: msgID})
+			return nil
+		}
+		if decErr != nil {
+			t.Log.Warn("malformed event refused", "task", taskID, "agent", agentID, "err", decErr)
+			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+				Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: msgID})
+			return nil
+		}
+		return t.applyItem(r, item, msgID, now)
+	})
+	switch {
+	case errors.Is(err, errNoChange):
+		return nil
+	case errors.Is(err, ErrNotFound):
+		t.Log.Warn("event for an unknown task dropped", "subject", subject)
+		return err
+	case err == nil && decErr != nil:
+		return errRefused
+	}
+	return err
+}
+
+func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, now time.Time) error {
+	switch {
+	case item.StatusUpdate != nil:
+		u := item.StatusUpdate
+		r.learnIDs(u.TaskID, u.ContextID)
+		return t.applyStatus(r, u.Status, msgID, now)
+	case item.ArtifactUpdate != nil:
+		u := item.ArtifactUpdate
+		r.learnIDs(u.TaskID, u.ContextID)
+		return t.addArtifact(r, u, msgID, now)
+	case item.Task != nil:
+		r.learnIDs(item.Task.ID, item.Task.ContextID)
+		for _, a := range item.Task.Artifacts {
+			if err := t.addArtifact(r, &a2a.TaskArtifactUpdateEvent{Artifact: a}, msgID, now); err != nil {
+				return err
+			}
+		}
+		return t.applyStatus(r, item.Task.Status, msgID, now)
+	}
+	return errNoChange // a bare message item carries no task change on this binding
+}
+
+func (r *Record) learnIDs(agentTaskID, contextID string) {
+	if r.AgentTaskID == "" {
+		r.AgentTaskID = agentTaskID
+	}
+	if r.ContextID == "" {
+		r.ContextID = contextID
+	}
+}
+
+func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID string, now time.Time) error {
+	if r.State.Terminal() {
+		r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
+			Reason: "refused: artifact after a terminal state", Refused: true, MsgID: msgID})
+		return fmt.Errorf("%w: artifact after %s", ErrIllegalTransition, r.State)
+	}
+	i := -1
+	for j := range r.Pending {
+		if r.Pending[j].ArtifactID == u.Artifact.ArtifactID {
+			i = j
+		}
+	}
+	switch {
+	case i >= 0 && u.Append:
+		r.Pending[i].Parts = append(r.Pending[i].Parts, u.Artifact.Parts...)
+	case i >= 0:
+		r.Pending[i] = u.Artifact
+	default:
+		r.Pending = append(r.Pending, u.Artifact)
+	}
+	if pendingBytes(r.Pending) > MaxPendingBytes {
+		r.Pending = nil
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge, msgID)
+	}
+	r.UpdatedAt = now
+	return nil
+}
+
+func pendingBytes(as []a2a.Artifact) int {
+	n := 0
+	for _, a := range as {
+		for _, p := range a.Parts {
+			n += len(p.Data) + len(p.Raw)
+			if p.Text != nil {
+				n += len(*p.Text)
+			}
+			if p.URL != nil {
+				n += len(*p.URL)
+			}
+		}
+	}
+	return n
+}
+
+func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now time.Time) error {
+	to, ok := FromWire(st.State)
+	if !ok {
+		return fmt.Errorf("%w: unknown state", ErrIllegalTransition)
+	}
+	text := st.Message.Text()
+	if to == r.State {
+		if text != "" {
+			r.StatusMessage = text
+			if to.Interrupted() {
+				r.Question = text
+			}
+			r.UpdatedAt = now
+			return nil
+		}
+		return errNoChange
+	}
+	event := EventFor(r.State, to)
+	var err error
+	switch to {
+	case Completed:
+		err = t.complete(r, msgID, now)
+	case Failed:
+		err = r.Move(now, event, SourceAgent, ReasonAgentFailed, msgID)
+	case Rejected:
+		err = r.Move(now, event, SourceAgent, ReasonAgentRejected, msgID)
+	case Canceled:
+		err = r.Move(now, event, SourceAgent, "canceled_by_agent", msgID)
+	default:
+		err = r.Move(now, event, SourceAgent, "", msgID)
+	}
+	if err == nil {
+		r.StatusMessage = text
+		if to.Interrupted() {
+			r.Question = text
+		}
+	}
+	return err
+}
+
+// complete validates the pending artifacts against the task's host schema;
+// the task completes only if every artifact passes, and otherwise fails with
+// ReasonArtifactRejected (or ReasonArtifactMissing when there is none). The
+// rejected content is dropped: only verdicts remain.
+func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
+	if _, err := Fire(r.State, EventComplete); err != nil {
+		return r.Move(now, EventComplete, SourceAgent, "", msgID) // records the refusal
+	}
+	schema, err := t.Schemas.Get(r.OutputSchema)
+	if err != nil {
+		r.Pending = nil
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected+": host schema "+r.OutputSchema+" no longer loaded", msgID)
+	}
+	if len(r.Pending) == 0 {
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactMissing, msgID)
+	}
+	var ok []Artifact
+	rejected := false
+	r.Verdicts = r.Verdicts[:0]
+	for _, a := range r.Pending {
+		v := artifact.Check(schema, a)
+		r.Verdicts = append(r.Verdicts, v)
+		if !v.Valid {
+			rejected = true
+			continue
+		}
+		ok = append(ok, Artifact{ArtifactID: a.ArtifactID, Name: a.Name, Parts: a.Parts})
+	}
+	r.Pending = nil
+	if rejected {
+		r.Artifacts = nil
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected, msgID)
+	}
+	r.Artifacts = ok
+	return r.Move(now, EventComplete, SourceAgent, "", msgID)
+}
