@@ -196,7 +196,21 @@ func TestLoadRefusals(t *testing.T) {
 		{"trailing data", `{} {}`, "", "not valid JSON"},
 		{"empty file", ``, "", "not valid JSON"},
 		{"does not compile: bad type", `{"type":"strnig"}`, "", "does not compile"},
-		{"does not compile: dangling ref", `{"$ref":"#/definitions/none"}`, "", "does not compile"},
+		{"dangling ref", `{"properties":{"a":{"$ref":"#/definitions/none"}}}`, "/properties/a/$ref", "points at nothing"},
+		{"undefined plain name", `{"properties":{"a":{"$ref":"#nobody"}}}`, "/properties/a/$ref", "names no $id"},
+		{"bad escape in ref", `{"$ref":"#/a%zz"}`, "/$ref", "not a valid URI reference"},
+		{"ref into default", `{"default":{"type":"string"},"properties":{"a":{"$ref":"#/default"}}}`, "/properties/a/$ref", "not point at a subschema"},
+		{"ref to properties map", `{"properties":{"a":{"$ref":"#/properties"}}}`, "/properties/a/$ref", "not point at a subschema"},
+		{"ref to $id in examples", `{"examples":[{"$id":"#ex"}],"properties":{"a":{"$ref":"#ex"}}}`, "/properties/a/$ref", "not point at a subschema"},
+		{"duplicate plain name", `{"definitions":{"a":{"$id":"#x"},"b":{"$id":"#x"}}}`, "/definitions/b/$id", "defined twice"},
+		{"cycle: self", `{"$ref":"#"}`, "/$ref", "cycle"},
+		{"cycle: allOf", `{"type":"object","allOf":[{"$ref":"#"}]}`, "/allOf/0/$ref", "cycle"},
+		{"cycle: plain names", `{"$id":"#a","definitions":{"b":{"$id":"#b","$ref":"#a"}},"$ref":"#b"}`, "/definitions/b/$ref", "cycle"},
+		{"cycle: via not and anyOf", `{"properties":{"p":{"$ref":"#/definitions/a"}},"definitions":{"a":{"not":{"$ref":"#/definitions/b"}},` +
+			`"b":{"anyOf":[{"type":"string"},{"$ref":"#/definitions/a"}]}}}`, "/definitions/b/anyOf/1/$ref", "cycle"},
+		{"cycle: if then else", `{"definitions":{"a":{"if":true,"then":{"$ref":"#/definitions/a"}}}}`, "/definitions/a/then/$ref", "cycle"},
+		{"cycle: dependencies", `{"dependencies":{"x":{"$ref":"#"}}}`, "/dependencies/x/$ref", "cycle"},
+		{"cycle: ref to own ancestor's child", `{"definitions":{"a":{"oneOf":[{"$ref":"#/definitions/a"}]}}}`, "/definitions/a/oneOf/0/$ref", "cycle"},
 		{"does not compile: bad regexp", `{"pattern":"(?<=a)b"}`, "", "does not compile"},
 	}
 	for _, tc := range generated {
@@ -233,11 +247,20 @@ func TestLoadAccepts(t *testing.T) {
 		{"local refs", `{"definitions":{"s":{"type":"string"},"n":{"$id":"#named","type":"number"}},` +
 			`"properties":{"a":{"$ref":"#/definitions/s"},"b":{"$ref":"#named"},"c":{"$ref":"#"}}}`},
 		{"$ref as a property name", `{"properties":{"$ref":{"type":"string"},"id":{"type":"string"}}}`},
+		{"recursion that descends", `{"type":"object","properties":{"child":{"$ref":"#"},"list":{"items":{"$ref":"#/definitions/n"}}},` +
+			`"definitions":{"n":{"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#/definitions/n"}}]}}}`},
+		{"shared definitions, no cycle", `{"definitions":{"a":{"type":"string"},"b":{"allOf":[{"$ref":"#/definitions/a"},{"$ref":"#/definitions/a"}]}},` +
+			`"anyOf":[{"$ref":"#/definitions/b"},{"$ref":"#/definitions/a"}]}`},
 		{"id as data", `{"default":{"id":"C-1"},"examples":[{"id":"https://x.test/"}],"enum":[{"id":"x"}]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := loadOne(t, "ok", tc.schema); err != nil {
+			s, err := loadOne(t, "ok", tc.schema)
+			if err != nil {
 				t.Fatalf("load: %v", err)
+			}
+			deep := strings.Repeat(`{"child":`, 500) + `{"list":[null,[[null]]]}` + strings.Repeat(`}`, 500)
+			for _, doc := range []string{`{}`, `null`, `[[1]]`, deep} {
+				s.Validate(json.RawMessage(doc)) // must return
 			}
 		})
 	}

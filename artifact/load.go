@@ -178,8 +178,11 @@ func compile(file string, b []byte) (*Schema, error) {
 	if v, ok := root.member("$schema"); ok && v.kind != kindString {
 		return nil, refuse("/$schema", "$schema is not a string")
 	}
-	c := checker{names: make(map[string]bool)}
+	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string)}
 	c.checkSchema(root, "")
+	if c.err == nil {
+		c.checkRefGraph(root)
+	}
 	if c.err != nil {
 		return nil, refuse(c.errPtr, c.err.Error())
 	}
@@ -285,9 +288,10 @@ func localRef(ref string) bool {
 // checker walks a schema in document order, records the first rule it
 // breaks and collects the property names the schema declares.
 type checker struct {
-	names  map[string]bool
-	err    error
-	errPtr string
+	names   map[string]bool
+	schemas map[*onode]string // every node at a schema position, with its pointer
+	err     error
+	errPtr  string
 }
 
 func (c *checker) fail(ptr, reason string) {
@@ -313,9 +317,13 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 	if n.kind != kindObject {
 		// true and false are schemas too; anything else is the compiler's
 		// to refuse, but is still searched for "$ref" and "$id".
+		if n.kind == kindBool {
+			c.schemas[n] = ptr
+		}
 		c.checkData(n, ptr)
 		return
 	}
+	c.schemas[n] = ptr
 	for _, m := range n.members {
 		p := ptr + "/" + escapeToken(m.key)
 		v := m.val
@@ -474,7 +482,8 @@ type omember struct {
 }
 
 const (
-	kindScalar byte = iota // number, boolean, null
+	kindScalar byte = iota // number, null
+	kindBool
 	kindString
 	kindObject
 	kindArray
@@ -545,6 +554,8 @@ func parseValue(dec *json.Decoder) (*onode, error) {
 		return nil, errors.New("unexpected delimiter")
 	case string:
 		return &onode{kind: kindString, str: t}, nil
+	case bool:
+		return &onode{kind: kindBool}, nil
 	default:
 		return &onode{kind: kindScalar}, nil
 	}

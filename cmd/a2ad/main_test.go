@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+)
+
+// bin is the real a2ad binary, built once for these tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "a2ad-bin-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "a2ad")
+	if out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building a2ad: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const testConfig = `
+agents:
+  - id: fraud-review
+    tenants: [default]
+    trust_on_first_use: true
+    evidence_schemas:
+      assess_refund_risk: refund_evidence
+`
+
+func writeConfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "a2ad.yaml")
+	if err := os.WriteFile(p, []byte(testConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startAgent(t *testing.T, url string) *refagent.Agent {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	a, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
+	cmd := exec.Command(bin, "demo")
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("a2ad demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"agent asks: Case C-41: the refund of 125000 cents is above the manual review threshold of 50000 cents.",
+		"host answers: yes",
+		`"case_id":"C-41"`,
+		"verdict: completed — as expected",
+		"verdict: failed (artifact_rejected) — as expected",
+		"resume    input-required  working",
+		"demo: all 3 cases ended as expected",
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("demo output lacks %q\n%s", want, out)
+		}
+	}
+}
+
+func TestServeStdioWithExternalNATS(t *testing.T) {
+	ns, _, _ := natstest.Start(t)
+	startAgent(t, ns.ClientURL())
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--stdio", "--config", writeConfig(t), "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir())
+	cmd.Stderr = &stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The session keeps the child's stdin open until Close (go-sdk#1061).
+	session, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr: %s", err, stderr.String())
+	}
+	defer session.Close()
+
+	var agents *mcp.CallToolResult
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		agents, err = session.CallTool(ctx, &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(agents.StructuredContent)
+		if strings.Contains(string(b), `"delegable":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent never became delegable: %s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess this refund.",
+		"evidence":      map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR"},
+		"output_schema": "risk_assessment", "wait_seconds": 10,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if res.IsError || !strings.Contains(string(b), `"state":"completed"`) || !strings.Contains(string(b), `"risk_level":"low"`) {
+		t.Fatalf("delegate over stdio: %s %v", b, res.Content)
+	}
+	if !strings.Contains(stderr.String(), "a2ad serving") {
+		t.Errorf("logs did not go to stderr: %q", stderr.String())
+	}
+}
+
+var servingLine = regexp.MustCompile(`nats=(nats://\S+) mcp=(http://\S+)/mcp`)
+
+// serveHTTP starts `a2ad serve` with an embedded NATS server on free ports
+// and returns the NATS URL and HTTP base URL it reports.
+func serveHTTP(t *testing.T, dataDir string) (*exec.Cmd, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--config", writeConfig(t), "--data-dir", dataDir,
+		"--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+			}
+		}
+	}()
+	select {
+	case m := <-found:
+		return cmd, m[1], m[2]
+	case <-time.After(20 * time.Second):
+		t.Fatal("a2ad serve did not report its listeners")
+	}
+	return nil, "", ""
+}
+
+func TestServeHTTPAndTasksCLI(t *testing.T) {
+	dataDir := t.TempDir()
+	cmd, natsURL, httpURL := serveHTTP(t, dataDir)
+	startAgent(t, natsURL)
+
+	ctx := context.Background()
+	client := mcp.NewClient(&mcp.Implementation{Name: "http-host", Version: "1"}, nil)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: httpURL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	var taskID string
+	deadline := time.Now().Add(10 * time.Second)
+	for taskID == "" {
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+			"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess this refund.",
+			"evidence":      map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR"},
+			"output_schema": "risk_assessment", "wait_seconds": 10,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError {
+			taskID = res.StructuredContent.(map[string]any)["task_id"].(string)
+			break
+		}
+		if time.Now().After(deadline) { // the agent registers asynchronously
+			t.Fatalf("delegate kept failing: %v", res.Content[0].(*mcp.TextContent).Text)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append(args, "--server", httpURL)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("a2ad %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	list := run("tasks", "list")
+	if !regexp.MustCompile(`(?m)^TASK\s+STATE\s+AGENT\s+SKILL\s+TENANT\s+AGE\s+REASON$`).MatchString(list) ||
+		!regexp.MustCompile(`(?m)^`+taskID+`\s+completed\s+fraud-review\s+assess_refund_risk\s+default\s+\d+s\s*$`).MatchString(list) {
+		t.Errorf("tasks list:\n%s", list)
+	}
+	get := run("tasks", "get", taskID)
+	for _, want := range []string{"State:     completed", "risk-assessment valid", "submit    -          submitted  host",
+		"start     submitted  working    agent", "complete  working    completed  agent"} {
+		if !strings.Contains(get, want) {
+			t.Errorf("tasks get lacks %q:\n%s", want, get)
+		}
+	}
+	var rec struct {
+		TaskID  string `json:"task_id"`
+		State   string `json:"state"`
+		History []any  `json:"history"`
+	}
+	if err := json.Unmarshal([]byte(run("tasks", "get", taskID, "--json")), &rec); err != nil || rec.TaskID != taskID || rec.State != "completed" || len(rec.History) != 3 {
+		t.Errorf("tasks get --json: %+v %v", rec, err)
+	}
+	out, err := exec.Command(bin, "tasks", "get", "tsk-nope", "--server", httpURL).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "task_not_found") {
+		t.Errorf("unknown task: %v %s", err, out)
+	}
+
+	// SIGTERM stops the daemon cleanly; the task survives in the data dir.
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	cmd2, _, httpURL2 := serveHTTP(t, dataDir)
+	defer func() { _ = cmd2.Process.Signal(syscall.SIGTERM) }()
+	out2, err := exec.Command(bin, "tasks", "get", taskID, "--server", httpURL2).CombinedOutput()
+	if err != nil || !strings.Contains(string(out2), "State:     completed") {
+		t.Errorf("after restart: %v\n%s", err, out2)
+	}
+}
+
+func TestServeRefusesUnknownConfigKey(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(p, []byte("agentz: []\n"), 0o600)
+	out, err := exec.Command(bin, "serve", "--config", p, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "field agentz not found") {
+		t.Errorf("got %v: %s", err, out)
+	}
+}
