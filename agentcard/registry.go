@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/a2a"
@@ -110,6 +112,10 @@ const casAttempts = 6
 type Registry struct {
 	kv     jetstream.KeyValue
 	agents map[string]AgentConfig
+	// writers serializes this instance's changes to one agent (striped by
+	// id), so that compare-and-swap retries are spent only on races with
+	// other instances.
+	writers [32]sync.Mutex
 }
 
 // NewRegistry creates or updates [Bucket] (file storage, history 5,
@@ -300,11 +306,16 @@ func (r *Registry) change(ctx context.Context, agentID string, next func(old *Re
 	if !natsbind.ValidToken(agentID) {
 		return nil, ErrAgentNotFound
 	}
+	h := fnv.New32a()
+	h.Write([]byte(agentID))
+	mu := &r.writers[h.Sum32()%uint32(len(r.writers))]
+	mu.Lock()
+	defer mu.Unlock()
 	var lost error
 	for attempt := range casAttempts {
 		if attempt > 0 {
-			// Jitter spreads contenders apart so that each retry is likely to win.
-			t := time.NewTimer(rand.N(time.Duration(attempt) * 2 * time.Millisecond))
+			// Exponential backoff with full jitter spreads contenders apart.
+			t := time.NewTimer(rand.N(2 * time.Millisecond << attempt))
 			select {
 			case <-ctx.Done():
 				t.Stop()

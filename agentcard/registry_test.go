@@ -378,7 +378,7 @@ func TestConcurrentRegister(t *testing.T) {
 	const n = 8
 	t.Run("same card", func(t *testing.T) {
 		r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
-		recs := registerAll(t, r, n, func(int) []byte { return fixture(t) })
+		recs := registerAll(t, n, func(int) *Registry { return r }, func(int) []byte { return fixture(t) })
 		final, err := r.Get(t.Context(), agent)
 		if err != nil {
 			t.Fatal(err)
@@ -392,14 +392,23 @@ func TestConcurrentRegister(t *testing.T) {
 			t.Errorf("final = %+v", final)
 		}
 	})
-	t.Run("different cards", func(t *testing.T) {
-		r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	t.Run("different cards, four instances", func(t *testing.T) {
+		cfg := AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true}
+		r, js := newRegistry(t, cfg)
+		instances := []*Registry{r}
+		for range 3 {
+			other, err := NewRegistry(t.Context(), js, []AgentConfig{cfg}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			instances = append(instances, other)
+		}
 		cards := make([][]byte, n)
 		fps := make([]string, n)
 		for i := range cards {
 			cards[i], fps[i] = changedCard(t, fmt.Sprintf("Card %d.", i))
 		}
-		recs := registerAll(t, r, n, func(i int) []byte { return cards[i] })
+		recs := registerAll(t, n, func(i int) *Registry { return instances[i%len(instances)] }, func(i int) []byte { return cards[i] })
 		// Exactly one card was trusted on first use; every later one found
 		// it approved and was quarantined, so no update was lost.
 		winner := -1
@@ -433,14 +442,15 @@ func TestConcurrentRegister(t *testing.T) {
 	})
 }
 
-func registerAll(t *testing.T, r *Registry, n int, card func(int) []byte) []*Record {
+// registerAll registers card(i) with instance(i) from n goroutines at once.
+func registerAll(t *testing.T, n int, instance func(int) *Registry, card func(int) []byte) []*Record {
 	t.Helper()
 	recs := make([]*Record, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
-		raw := card(i)
+		r, raw := instance(i), card(i)
 		wg.Go(func() {
 			<-start
 			recs[i], errs[i] = r.Register(context.Background(), agent, raw)

@@ -104,8 +104,9 @@ func keyword(errType string) string {
 	return "schema"
 }
 
-// Validate validates doc against s. It returns nil if doc is valid, else its
-// violations, deduplicated and sorted by Pointer then Keyword. A doc that is
+// Validate validates doc, one JSON value, against s. It returns nil if doc is
+// valid, else its violations (see [Violation] for what a pointer may name),
+// deduplicated and sorted by Pointer then Keyword. A doc that is
 // not a single well-formed JSON value gives the single
 // Violation{Pointer: "", Keyword: "json"}. A panic of the underlying
 // validator is contained and reported as Violation{Pointer: "", Keyword:

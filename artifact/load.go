@@ -25,7 +25,8 @@ var ErrSchemaNotFound = errors.New("artifact: no host schema with that name")
 
 // A LoadError is a schema file refused at load time: it is not JSON, its top
 // level is not an object, it is not draft-07, it could reach outside the file
-// (a non-local $ref, a non-fragment $id), or it does not compile.
+// (a non-local $ref, a non-fragment $id), a $ref dangles or loops in place,
+// or it does not compile. See [LoadFS] for the rules.
 type LoadError struct {
 	File    string // file name, e.g. "risk_assessment.json"
 	Pointer string // RFC 6901 JSON pointer to the offending key in the file, "" for the whole file
@@ -95,7 +96,13 @@ func LoadDir(dir string) (*Registry, error) {
 //     (a JSON pointer) or "#name" (a plain-name fragment);
 //   - every "$id" anywhere, and every draft-04 style "id" in a subschema
 //     (gojsonschema honours both), is a plain-name fragment "#name", since
-//     any other value changes the base URI;
+//     any other value changes the base URI; no plain name is defined twice;
+//   - every $ref the compiler follows resolves to a subschema (not to a
+//     value under "default", "enum", a "properties" map, …);
+//   - no cycle of $refs applies a schema to the same value again without
+//     descending into it ({"$ref": "#"}, {"allOf": [{"$ref": "#"}]}):
+//     gojsonschema would recurse until the stack overflows, which kills the
+//     process;
 //   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode).
 //
 // Compilation uses a loader that refuses every external load, so even a
@@ -453,7 +460,7 @@ func (c *checker) collectNames(n *onode) {
 // clip shortens s for an error message.
 func clip(s string) string {
 	if len(s) > 80 {
-		return s[:80] + "…"
+		return strings.ToValidUTF8(s[:80], "") + "…"
 	}
 	return s
 }

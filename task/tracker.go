@@ -111,13 +111,15 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 		return errRefused
 	}
 	item, decErr := a2a.DecodeStreamResponse(data)
+	foreign := false
 	_, err = t.Store.Update(ctx, taskID, func(r *Record) error {
 		now := t.now()
 		if r.seen(msgID) {
 			return errNoChange
 		}
 		r.remember(msgID)
-		if r.AgentID != agentID {
+		foreign = r.AgentID != agentID
+		if foreign {
 			t.Log.Warn("event for a task of another agent refused", "task", taskID, "subject_agent", agentID, "owner", r.AgentID)
 			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
 				Reason: "refused: event published by an agent that does not own this task", Refused: true, MsgID: msgID})
@@ -137,7 +139,7 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 	case errors.Is(err, ErrNotFound):
 		t.Log.Warn("event for an unknown task dropped", "subject", subject)
 		return err
-	case err == nil && decErr != nil:
+	case err == nil && (decErr != nil || foreign):
 		return errRefused
 	}
 	return err

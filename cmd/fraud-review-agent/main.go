@@ -96,7 +96,6 @@ func run(args []string, log *slog.Logger) error {
 		return err
 	}
 	<-ctx.Done()
-	log.Info("shutting down")
 	agent.Stop()
 	return nil
 }

@@ -36,6 +36,13 @@ func registerBody(agentID string, card []byte) []byte {
 func (a *Agent) register() {
 	body := registerBody(a.agentID, a.card)
 	for attempt := 1; ; attempt++ {
+		if !a.nc.IsConnected() { // not yet (or no longer) connected: wait, do not count
+			attempt--
+			if !a.sleep(registerInterval) {
+				return
+			}
+			continue
+		}
 		msg := nats.NewMsg(natsbind.RegisterSubject)
 		msg.Header.Set(natsbind.HeaderA2AVersion, a2a.Version)
 		msg.Data = body
@@ -60,10 +67,20 @@ func (a *Agent) register() {
 		if attempt == 1 {
 			a.log.Info("registry not answering yet; retrying every second", "err", err)
 		}
-		select {
-		case <-a.ctx.Done():
+		if !a.sleep(registerInterval) {
 			return
-		case <-time.After(registerInterval):
 		}
+	}
+}
+
+// sleep waits for d; false if the agent stopped meanwhile.
+func (a *Agent) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-a.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
