@@ -308,12 +308,12 @@ func (c *checker) fail(ptr, reason string) {
 }
 
 // Keywords of draft-07 whose value is a subschema, an array of subschemas,
-// an object of subschemas, or data (never a schema).
+// or an object of subschemas. Data keywords (enum, const, default, examples)
+// are walked for $ref/$id too, but never compiled as schemas.
 var (
 	kwSchema      = map[string]bool{"additionalItems": true, "additionalProperties": true, "contains": true, "propertyNames": true, "if": true, "then": true, "else": true, "not": true}
 	kwSchemaArray = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true}
 	kwSchemaMap   = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "dependencies": true}
-	kwData        = map[string]bool{"enum": true, "const": true, "default": true, "examples": true}
 )
 
 // checkSchema checks n, a (sub)schema at pointer ptr.
