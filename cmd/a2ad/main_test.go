@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 func TestServeStdioWithExternalNATS(t *testing.T) {
 	ns, _, _ := natstest.Start(t)
 	startAgent(t, ns.ClientURL())
-	var stderr bytes.Buffer
+	var stderr lockedBuffer
 	cmd := exec.Command(bin, "serve", "--stdio", "--config", writeConfig(t), "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir())
 	cmd.Stderr = &stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
@@ -148,6 +149,24 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	if !strings.Contains(stderr.String(), "a2ad serving") {
 		t.Errorf("logs did not go to stderr: %q", stderr.String())
 	}
+}
+
+// lockedBuffer collects a child's stderr while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 var servingLine = regexp.MustCompile(`nats=(nats://\S+) mcp=(http://\S+)/mcp`)

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/nats-io/nats.go"
 )
@@ -56,6 +57,9 @@ func run(args []string, log *slog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	if !natsbind.ValidToken(*agentID) {
+		return fmt.Errorf("--agent-id %q: want 1 to 128 of [A-Za-z0-9_-]", *agentID)
+	}
 	mis, err := refagent.ParseMisbehave(misbehave)
 	if err != nil {
 		return err
@@ -72,6 +76,7 @@ func run(args []string, log *slog.Logger) error {
 
 	nc, err := nats.Connect(*natsURL,
 		nats.Name("fraud-review-agent/"+*agentID),
+		nats.CustomInboxPrefix("_INBOX_"+*agentID), // matches the per-agent subscribe permission (docs/nats-binding.md §10)
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
