@@ -32,7 +32,7 @@ type stack struct {
 
 // start runs a2ad against a real embedded NATS server (as an external
 // --nats-url), the reference agent, and a go-sdk MCP client over HTTP.
-func start(t *testing.T, misbehave map[string]string) *stack {
+func start(t testing.TB, misbehave map[string]string) *stack {
 	t.Helper()
 	ns, _, _ := natstest.Start(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -77,7 +77,7 @@ func start(t *testing.T, misbehave map[string]string) *stack {
 	return s
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -105,7 +105,7 @@ func delegateArgs(ev map[string]any) map[string]any {
 }
 
 // call runs a tool; it returns the structured task, or the error text.
-func (s *stack) call(t *testing.T, tool string, args map[string]any, meta mcp.Meta) (*mcpedge.TaskOutput, string) {
+func (s *stack) call(t testing.TB, tool string, args map[string]any, meta mcp.Meta) (*mcpedge.TaskOutput, string) {
 	t.Helper()
 	p := &mcp.CallToolParams{Name: tool, Arguments: args}
 	if meta != nil {

@@ -1,0 +1,57 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/a2ad/a2ad/brief"
+	"github.com/a2ad/a2ad/internal/broker"
+)
+
+// BenchmarkDelegateToCompletion measures one whole delegation through the
+// broker service — brief, KV create, NATS SendMessage to the reference agent,
+// its events through JetStream, the tracker, artifact validation — until the
+// waiting caller sees completed.
+func BenchmarkDelegateToCompletion(b *testing.B) {
+	s := start(b, nil)
+	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
+		r, err := s.d.Service.Delegate(ctx, broker.Principal{Tenant: "default", Subject: "bench"}, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err = s.d.Service.Wait(ctx, broker.Principal{Tenant: "default"}, r.ID, broker.MaxWait, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return string(r.State)
+	})
+}
+
+// BenchmarkDelegateOverMCPHTTP is the same delegation as a host makes it:
+// a tools/call delegate through the go-sdk client and Streamable HTTP.
+func BenchmarkDelegateOverMCPHTTP(b *testing.B) {
+	s := start(b, nil)
+	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
+		var ev map[string]any
+		_ = json.Unmarshal(req.Brief.Evidence, &ev)
+		got, errText := s.call(b, "delegate", delegateArgs(ev), nil)
+		if errText != "" {
+			b.Fatal(errText)
+		}
+		return got.State
+	})
+}
+
+func benchDelegate(b *testing.B, run func(context.Context, broker.DelegateRequest) string) {
+	ev, _ := json.Marshal(evidence("C-7", 1999))
+	req := broker.DelegateRequest{Agent: "fraud-review", Skill: "assess_refund_risk",
+		Brief: brief.Request{Objective: "Assess this refund.", Evidence: ev, OutputSchema: "risk_assessment"}}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if st := run(ctx, req); st != "completed" {
+			b.Fatalf("state %s", st)
+		}
+	}
+}
