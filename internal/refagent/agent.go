@@ -54,6 +54,9 @@ const (
 // tasks kept for GetTask/CancelTask (oldest terminal tasks go first).
 const maxRemembered = 100_000
 
+// maxReceived bounds the briefs kept in [Stats.Received].
+const maxReceived = 1000
+
 // Config configures an [Agent].
 type Config struct {
 	// AgentID is the agent's id on the binding (one NATS token; in
@@ -74,7 +77,8 @@ type Stats struct {
 	// BriefsReceived counts SendMessage requests that created a task.
 	BriefsReceived int
 	// Received holds the exact data-part bytes of each of those briefs, in
-	// order of arrival.
+	// order of arrival: the last 1000, so that a long-running agent does not
+	// grow without bound.
 	Received [][]byte
 }
 
@@ -190,13 +194,13 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.sub = sub
 	a.started = true
+	a.log.Info("serving", "subject", natsbind.RPCSubject(a.agentID), "misbehave", len(a.misbehave))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		a.register()
 	}()
 	context.AfterFunc(ctx, a.Stop)
-	a.log.Info("serving", "subject", natsbind.RPCSubject(a.agentID), "misbehave", len(a.misbehave))
 	return nil
 }
 
@@ -332,6 +336,9 @@ func (a *Agent) newTask(m a2a.Message, meta sendMessageMetadata, traceparent str
 	}
 	a.stats.BriefsReceived++
 	a.stats.Received = append(a.stats.Received, slices.Clone(b.Bytes()))
+	if n := len(a.stats.Received); n > maxReceived {
+		a.stats.Received = slices.Clone(a.stats.Received[n-maxReceived:])
+	}
 
 	ev, evErr := parseEvidence(b.Evidence)
 	t := &task{

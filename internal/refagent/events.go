@@ -37,6 +37,7 @@ func (a *Agent) spawn(t *task) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		defer t.cancel() // releases the task's context; a canceled run is already over
 		a.run(t)
 	}()
 }
