@@ -310,3 +310,13 @@ func TestValidateBuiltCard(t *testing.T) {
 		t.Errorf("Validate with empty tags and capabilities = %v", err)
 	}
 }
+
+func BenchmarkParse(b *testing.B) {
+	raw := fixture(b)
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		if _, err := Parse(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

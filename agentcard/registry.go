@@ -166,8 +166,9 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 //     approved fingerprint.
 //
 // Registering the current card again changes only UpdatedAt. Concurrent
-// registrations are serialized by compare-and-swap; Register retries up to 5
-// times after losing a race.
+// changes to one agent are serialized: within a Registry by a lock, across
+// instances by compare-and-swap, retried up to 5 times (with jittered
+// backoff) after losing a race.
 func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
 	if !natsbind.ValidToken(agentID) {
 		return nil, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
@@ -292,12 +293,25 @@ func (r *Registry) Quarantine(ctx context.Context, agentID, reason string) (*Rec
 
 // deriveStored is derive for a record whose card comes from the store.
 func (r *Registry) deriveStored(rec *Record) error {
-	card, err := Parse(rec.Card)
+	card, err := storedCard(rec)
 	if err != nil {
-		return fmt.Errorf("agentcard: stored card of %s: %w", rec.AgentID, err)
+		return err
 	}
 	r.derive(rec, card)
 	return nil
+}
+
+// storedCard decodes a card that passed Parse when it was registered; it
+// skips the canonicalization, which is Parse's most expensive step.
+func storedCard(rec *Record) (*Card, error) {
+	c, capsPresent, err := decodeCard(rec.Card)
+	if err == nil {
+		err = c.validate(capsPresent)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentcard: stored card of %s: %w", rec.AgentID, err)
+	}
+	return c, nil
 }
 
 // change applies next to the agent's stored record (nil when there is none)
@@ -463,9 +477,9 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 	if !rec.Delegable {
 		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
 	}
-	card, err := Parse(rec.Card)
+	card, err := storedCard(rec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("agentcard: stored card of %s: %w", agentID, err)
+		return nil, nil, err
 	}
 	if _, ok := card.Skill(skillID); !ok {
 		return nil, nil, fmt.Errorf("%w: agent %s has no skill %q", ErrSkillNotFound, agentID, truncate(skillID, 64))

@@ -1,0 +1,45 @@
+package agentcard
+
+import (
+	"errors"
+	"testing"
+)
+
+// FuzzParse feeds Parse untrusted card bytes: it must never panic, refuse
+// only with *ValidationError, and accept only cards that validate and have a
+// fingerprint.
+func FuzzParse(f *testing.F) {
+	// Small seeds: the fuzzer minimizes every input that finds new coverage,
+	// and a large seed such as the fixture would spend the run minimizing.
+	const card = `{"name":"A","description":"d","version":"1","supportedInterfaces":[{"url":"nats://h:4222/a2a.agent.a","protocolBinding":"urn:a2ad:binding:nats:v1","protocolVersion":"1.0"}],` +
+		`"provider":{"url":"https://p","organization":"o"},"capabilities":{"streaming":false},"defaultInputModes":["t"],"defaultOutputModes":["t"],` +
+		`"skills":[{"id":"s","name":"n","description":"d","tags":[],"examples":["e"],"inputModes":["t"],"outputModes":["t"]}]}`
+	const opaque = `{"name":"A","description":"d","version":"1","supportedInterfaces":[{"url":"grpc://h:1","protocolBinding":"GRPC","protocolVersion":"1.0","tenant":"t"}],` +
+		`"capabilities":{"extensions":[{"uri":"u","params":{"n":1e300}}]},"securitySchemes":{"b":{}},"securityRequirements":[{}],"defaultInputModes":["t"],"defaultOutputModes":["t"],` +
+		`"skills":[{"id":"s","name":"n","description":"d","tags":["x"],"securityRequirements":[{}]}],"signatures":[{"protected":"x","signature":"y"}],"documentationUrl":"https://d","iconUrl":"http://i"}`
+	for _, s := range []string{
+		card, opaque, `{}`, `[]`, `null`, `{"name":"a","name":"b"}`, `{"a/b~":1}`, `{"name":"\ud800"}`, `{"skills":[{"id":"s"},{"id":"s"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := Parse(raw)
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Parse error %T %v, want *ValidationError", err, err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted a card that Validate refuses: %v", err)
+		}
+		fp, err := Fingerprint(raw)
+		if err != nil {
+			t.Fatalf("Parse accepted a card without a fingerprint: %v", err)
+		}
+		if !validFingerprint(fp) {
+			t.Fatalf("Fingerprint = %q", fp)
+		}
+	})
+}
