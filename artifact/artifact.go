@@ -243,7 +243,7 @@ func sortViolations(vs []Violation) []Violation {
 // A Verdict is the outcome of [Check] on one artifact. Valid is true exactly
 // when Violations is empty.
 type Verdict struct {
-	ArtifactID string      `json:"artifact_id"` // the artifact's artifactId, as the agent sent it
+	ArtifactID string      `json:"artifact_id"` // the artifact's artifactId when it is a safe identifier, else ""
 	Valid      bool        `json:"valid"`
 	Violations []Violation `json:"violations,omitempty"`
 }
@@ -251,13 +251,17 @@ type Verdict struct {
 // Check validates A2A artifact a against s, part by part:
 //   - a data part is validated with [Schema.Validate]; its violations'
 //     pointers are prefixed with "/parts/<i>/data", e.g.
-//     "/parts/0/data/score";
-//   - a text part is accepted as is;
-//   - a raw or url part, or a part that does not carry exactly one of text,
+//     "/parts/0/data/score"; the host schema governs data parts only, so
+//     free text cannot ride along unvalidated;
+//   - a text, raw or url part, or a part that does not carry exactly one of text,
 //     raw, url and data, gives Violation{Pointer: "/parts/<i>", Keyword:
 //     "part_kind"};
 //   - an artifact with no data part at all also gives Violation{Pointer:
 //     "/parts", Keyword: "data_part_required"}.
+//
+// The artifactId is agent text: unless it matches [A-Za-z0-9_.-]{1,64} it
+// gives Violation{Pointer: "/artifactId", Keyword: "pattern"} and the
+// Verdict's ArtifactID is "", so it cannot carry content to a host.
 //
 // Violations are deduplicated and sorted by Pointer then Keyword (so
 // "/parts/10" sorts before "/parts/2"). s must not be nil.
@@ -276,7 +280,6 @@ func Check(s *Schema, a a2a.Artifact) Verdict {
 			for _, v := range s.Validate(p.Data) {
 				vs = append(vs, Violation{Pointer: prefix + "/data" + v.Pointer, Keyword: v.Keyword})
 			}
-		case "text":
 		default:
 			vs = append(vs, Violation{Pointer: prefix, Keyword: "part_kind"})
 		}
@@ -284,10 +287,28 @@ func Check(s *Schema, a a2a.Artifact) Verdict {
 	if dataParts == 0 {
 		vs = append(vs, Violation{Pointer: "/parts", Keyword: "data_part_required"})
 	}
+	id := a.ArtifactID
+	if !safeID(id) {
+		id = ""
+		vs = append(vs, Violation{Pointer: "/artifactId", Keyword: "pattern"})
+	}
 	if len(vs) > 0 {
 		vs = sortViolations(vs)
 	}
-	return Verdict{ArtifactID: a.ArtifactID, Valid: len(vs) == 0, Violations: vs}
+	return Verdict{ArtifactID: id, Valid: len(vs) == 0, Violations: vs}
+}
+
+func safeID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // contentFields counts the content fields (text, raw, url, data) p sets.

@@ -78,7 +78,7 @@ func NewServer(svc *broker.Service, log *slog.Logger, principal func(*mcp.CallTo
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "task_cancel",
 		Title:       "Cancel a task",
-		Description: "Cancels a delegated task: the agent is sent CancelTask and the task ends canceled. A task that already ended is returned unchanged with an error.",
+		Description: "Cancels a delegated task: the agent is sent CancelTask and the task ends canceled (even if the agent does not answer). Cancelling a task that already ended is an error (task_ended) and changes nothing.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)},
 	}, e.taskCancel)
 	return s

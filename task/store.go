@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -122,13 +124,17 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 }
 
 // Update reads the record, lets mutate change it, and writes it back with
-// compare-and-swap on the revision read, retrying on a lost race (up to 16
-// times, then ErrConflict). If mutate returns an error the record is not
+// compare-and-swap on the revision read, retrying on a lost race with
+// jittered backoff (up to 64 times, then ErrConflict). If mutate returns an error the record is not
 // written and the error is returned, except that errors wrapping
 // ErrIllegalTransition still write the record (the refusal is history) and
 // are returned after the write.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) error) (*Record, error) {
-	for range 16 {
+	for attempt := range 64 {
+		if attempt > 0 {
+			// Jittered backoff: writers that lost a race spread out.
+			time.Sleep(time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond) + 1)))
+		}
 		r, rev, err := s.Get(ctx, id)
 		if err != nil {
 			return nil, err

@@ -251,11 +251,17 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 	default:
 		err = r.Move(now, event, SourceAgent, "", msgID)
 	}
-	if err == nil {
+	switch {
+	case err != nil:
+	case r.State == to:
 		r.StatusMessage = text
 		if to.Interrupted() {
 			r.Question = text
 		}
+	default:
+		// The daemon overrode the agent (e.g. artifact_rejected): its
+		// message may carry the rejected content, so none of it is kept.
+		r.StatusMessage = ""
 	}
 	return err
 }
@@ -279,8 +285,11 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 	var ok []Artifact
 	rejected := false
 	r.Verdicts = r.Verdicts[:0]
-	for _, a := range r.Pending {
+	for i, a := range r.Pending {
 		v := artifact.Check(schema, a)
+		if v.ArtifactID == "" {
+			v.ArtifactID = fmt.Sprintf("artifact-%d", i+1) // the agent's id was not safe to show
+		}
 		r.Verdicts = append(r.Verdicts, v)
 		if !v.Valid {
 			rejected = true

@@ -199,3 +199,20 @@ func FuzzApplyEvent(f *testing.F) {
 		}
 	})
 }
+
+func TestRejectionKeepsNoAgentTextInIDOrStatusMessage(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t1")
+	subj := "a2a.events.fraud-review.t1"
+	_ = apply(t, tr, subj, "1", working)
+	_ = apply(t, tr, subj, "2", `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"LEAK {\"risk_level\":\"extreme\"}","parts":[{"data":{"risk_level":"extreme"}}]}}}`)
+	_ = apply(t, tr, subj, "3", `{"statusUpdate":{"taskId":"a1","status":{"state":"TASK_STATE_COMPLETED","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"LEAK-IN-STATUS extreme"}]}}}}`)
+	r := get(t, tr, "t1")
+	b, _ := json.Marshal(r)
+	if r.State != Failed || strings.Contains(string(b), "LEAK") || strings.Contains(string(b), "extreme") {
+		t.Fatalf("state %s; agent text kept in the record: %s", r.State, b)
+	}
+	if r.Verdicts[0].ArtifactID != "artifact-1" {
+		t.Errorf("verdict id = %q, want the daemon's label artifact-1", r.Verdicts[0].ArtifactID)
+	}
+}

@@ -1,6 +1,7 @@
 // Package admin serves the operators' HTTP API under /v1/: tasks and agents
-// as JSON, read from the shared stores (any tenant). The `a2ad tasks` and
-// `a2ad agents` commands are its clients.
+// as JSON, read from the shared stores (any tenant). The `a2ad tasks`
+// command is its client. It has no authentication yet: it is served on the
+// loopback listener only, with a Host check against DNS rebinding.
 package admin
 
 import (

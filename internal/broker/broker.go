@@ -123,6 +123,9 @@ func newTaskID() string {
 // error no task remains.
 func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest) (*task.Record, error) {
 	if _, _, err := s.Agents.ForDelegation(ctx, p.Tenant, req.Agent, req.Skill); err != nil {
+		if errors.Is(err, agentcard.ErrAgentNotFound) {
+			return nil, fmt.Errorf("%w: no agent %q is visible to this principal", err, req.Agent)
+		}
 		return nil, err
 	}
 	schema, err := s.Schemas.Get(req.Brief.OutputSchema)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/a2ad/a2ad"
@@ -42,6 +43,7 @@ type Daemon struct {
 
 	log    *slog.Logger
 	ns     *server.Server
+	lock   *os.File
 	nc     *nats.Conn
 	http   *http.Server
 	cancel context.CancelFunc
@@ -65,6 +67,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		storeDir := filepath.Join(cfg.DataDir, "jetstream")
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		// Two embedded servers on one file store would corrupt it.
+		if d.lock, err = lockDir(cfg.DataDir); err != nil {
+			return nil, err
 		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore})
@@ -138,7 +144,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		d.HTTPURL = "http://" + ln.Addr().String()
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", mcpedge.HTTPHandler(d.MCP, log))
-		mux.Handle("/v1/", admin.Handler(d.Service))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), admin.Handler(d.Service)))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		d.wg.Add(1)
@@ -205,5 +211,45 @@ func (d *Daemon) Stop() {
 			d.ns.Shutdown()
 			d.ns.WaitForShutdown()
 		}
+		if d.lock != nil {
+			_ = d.lock.Close() // releases the flock
+		}
+	})
+}
+
+// ErrDataDirInUse means another a2ad holds the data directory.
+var ErrDataDirInUse = errors.New("data dir in use by another a2ad (its LOCK file is held)")
+
+// lockDir takes an exclusive flock on dir/LOCK, held until the file closes.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s", ErrDataDirInUse, dir)
+	}
+	return f, nil
+}
+
+// loopbackHostOnly refuses, on a loopback listener, requests whose Host is
+// not a loopback name: a browser page on another origin cannot reach the
+// admin API through DNS rebinding. (The MCP handler has the SDK's own check.)
+func loopbackHostOnly(addr net.Addr, h http.Handler) http.Handler {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "forbidden: Host must be a loopback name on a loopback listener", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
