@@ -290,3 +290,18 @@ func TestServeRefusesUnknownConfigKey(t *testing.T) {
 		t.Errorf("got %v: %s", err, out)
 	}
 }
+
+// The no-flag defaults are what `a2ad serve` uses; they are asserted from
+// --help rather than by binding the fixed ports, which a running a2ad may hold.
+func TestServeDefaults(t *testing.T) {
+	out, err := exec.Command(bin, "serve", "--help").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`--data-dir string      directory for the embedded NATS JetStream state (default "./a2ad-data")`,
+		`(default "127.0.0.1:8080")`, `(default "127.0.0.1:4222")`, "--nats-url string", "--stdio"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("serve --help lacks %q:\n%s", want, out)
+		}
+	}
+}
