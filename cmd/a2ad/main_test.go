@@ -80,6 +80,16 @@ func startAgent(t *testing.T, url string) *refagent.Agent {
 	return a
 }
 
+// delegateC7 returns a call of a small refund case that completes at once.
+// Fresh each time: the SDK stamps per-session metadata into the params.
+func delegateC7() *mcp.CallToolParams {
+	return &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess this refund.",
+		"evidence":      map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR"},
+		"output_schema": "risk_assessment", "wait_seconds": 10,
+	}}
+}
+
 func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 	cmd := exec.Command(bin, "demo")
 	cmd.Dir = t.TempDir()
@@ -134,11 +144,7 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
-		"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess this refund.",
-		"evidence":      map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR"},
-		"output_schema": "risk_assessment", "wait_seconds": 10,
-	}})
+	res, err := session.CallTool(ctx, delegateC7())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +224,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	var taskID string
 	deadline := time.Now().Add(10 * time.Second)
 	for taskID == "" {
-		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
-			"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess this refund.",
-			"evidence":      map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR"},
-			"output_schema": "risk_assessment", "wait_seconds": 10,
-		}})
+		res, err := session.CallTool(ctx, delegateC7())
 		if err != nil {
 			t.Fatal(err)
 		}
