@@ -264,11 +264,26 @@ func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Prin
 			e.log.Debug("progress notification not sent", "err", err)
 		}
 	}
+	// The state the call starts from goes out first, so a host that sent a
+	// progress token always hears at least one state even when the task
+	// was already interrupted or ended before the wait began.
+	notify(r)
 	start := time.Now()
-	got, err := e.svc.Wait(ctx, p, r.ID, d, notify)
+	last := r
+	changed := func(nr *task.Record) {
+		if nr.State != last.State || nr.Question != last.Question {
+			last = nr
+			notify(nr)
+		}
+	}
+	got, err := e.svc.Wait(ctx, p, r.ID, d, changed)
 	if err != nil {
 		return nil, TaskOutput{}, toolError(err)
 	}
+	// Wait reads the record once before it watches; a change seen only
+	// by that read still goes out, so the last notification names the
+	// state the result carries.
+	changed(got)
 	return nil, view(got, time.Since(start) >= d), nil
 }
 

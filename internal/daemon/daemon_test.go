@@ -144,17 +144,21 @@ func TestAboveThresholdAsksThenCompletes(t *testing.T) {
 		t.Errorf("question = %q, want %q", got.Question, wantQ)
 	}
 	// Notifications are handled concurrently with the result on the client,
-	// and under -race the go-sdk client was seen to deliver only the first
-	// of two; so this asserts that state changes flow, each naming a state.
-	waitFor(t, "a progress notification", func() bool {
+	// so wait for the one naming the state the result carries; every
+	// notification names a state, the first the one the call started from.
+	const final = "state: input-required — question pending"
+	waitFor(t, "the input-required progress notification", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.progress) > 0
+		return len(s.progress) > 0 && s.progress[len(s.progress)-1] == final
 	})
 	s.mu.Lock()
-	for _, m := range s.progress {
-		if m != "state: working" && m != "state: input-required — question pending" {
-			t.Errorf("progress message %q", m)
+	for i, m := range s.progress {
+		switch {
+		case m == final && i == len(s.progress)-1:
+		case i < len(s.progress)-1 && (m == "state: submitted" || m == "state: working"):
+		default:
+			t.Errorf("progress %d of %d = %q", i+1, len(s.progress), m)
 		}
 	}
 	s.mu.Unlock()
