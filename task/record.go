@@ -80,6 +80,48 @@ type Record struct {
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
+	// Outbox is a request to the agent that the state above already
+	// assumes but the agent has not yet acknowledged (a transactional
+	// outbox: written in the same compare-and-swap as the state change that
+	// needs it, cleared when the agent answered). Any instance redelivers it
+	// once NotBefore has passed; docs/durability.md gives the order of writes.
+	Outbox *Outbound `json:"outbox,omitempty"`
+}
+
+// Outbound is one request to the agent awaiting its answer.
+type Outbound struct {
+	// Method is the A2A 1.0 method: SendMessage (a brief or an answer) or
+	// CancelTask.
+	Method string `json:"method"`
+	// MessageID is the SendMessage message's messageId, stable per task and
+	// turn ("<taskId>-m<turn>"), so the agent recognises a redelivery.
+	MessageID string `json:"message_id,omitempty"`
+	// Params are the JSON-RPC params exactly as sent. They carry the brief
+	// or the answer only until the agent acknowledged them.
+	Params json.RawMessage `json:"params,omitempty"`
+	// Question is the question an answer replies to, restored if the agent
+	// refuses the answer.
+	Question string `json:"question,omitempty"`
+	// Attempts counts deliveries begun, the first included.
+	Attempts int `json:"attempts"`
+	// NotBefore is when another delivery may begin: the lease of the
+	// instance delivering now, or the backoff after a failed attempt.
+	NotBefore time.Time `json:"not_before"`
+	// LastError is why the last attempt did not complete.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Redacted returns a copy fit for operators' eyes: no unvalidated artifact
+// content and no brief or answer bytes waiting in the outbox.
+func (r *Record) Redacted() *Record {
+	c := *r
+	c.Pending = nil
+	if r.Outbox != nil {
+		o := *r.Outbox
+		o.Params = nil
+		c.Outbox = &o
+	}
+	return &c
 }
 
 const maxApplied = 64

@@ -1,14 +1,18 @@
 package task
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,18 +29,40 @@ var ErrExists = errors.New("task already exists")
 // ErrConflict means compare-and-swap kept losing to concurrent writers.
 var ErrConflict = errors.New("task: too many concurrent updates")
 
-// Store keeps records in a KV bucket and fans out changes to waiters through
-// one KV watcher per process.
+// Store keeps records in a KV bucket. One KV watcher per process feeds
+// waiters ([Store.Subscribe]) and the optional change callback: first every
+// record in the bucket, then each change.
 type Store struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	stream jetstream.Stream // the bucket's stream, for reads through its leader
 
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
+
+	loaded chan struct{} // closed once the watcher delivered every stored record
+	open   atomic.Int64  // records seen by the watcher that are not terminal
+
+	// RetryFor bounds how long an operation retries transient NATS errors
+	// (a stream-leader election, a reconnect); default 20 s.
+	RetryFor time.Duration
 }
 
-// NewStore creates or binds the bucket (replicas ≥ 1) and starts its watcher,
-// which runs until ctx ends.
-func NewStore(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, error) {
+// Snapshot is what the watcher reports of one record.
+type Snapshot struct {
+	ID       string
+	Deleted  bool
+	State    State
+	Deadline time.Time
+	// OutboxAt is when the record's outbox may be delivered again; zero
+	// when the outbox is empty.
+	OutboxAt time.Time
+}
+
+// NewStore creates or binds the bucket (replicas ≥ 1) and starts its
+// watcher, which runs until ctx ends. onChange (may be nil) is called from
+// the watcher goroutine, in revision order, for every stored record and then
+// for every change; it must not block for long.
+func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChange func(Snapshot)) (*Store, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
 		Description: "a2ad delegated task records",
@@ -47,19 +73,68 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int) (*Store
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{kv: kv, waiters: map[string]map[chan struct{}]struct{}{}}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	st, err := js.Stream(ctx, "KV_"+Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
+	}
+	s := &Store{kv: kv, stream: st, waiters: map[string]map[chan struct{}]struct{}{}, loaded: make(chan struct{})}
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("task: watch %s: %w", Bucket, err)
 	}
-	go s.fanOut(w)
+	go s.fanOut(w, onChange)
 	return s, nil
 }
 
-func (s *Store) fanOut(w jetstream.KeyWatcher) {
+// Loaded is closed once the watcher has reported every record stored when
+// it started: from then on every open task is tracked.
+func (s *Store) Loaded() <-chan struct{} { return s.loaded }
+
+// Open is the number of non-terminal records the watcher has seen.
+func (s *Store) Open() int { return int(s.open.Load()) }
+
+func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
+	open := map[string]bool{}
+	loaded := false
 	for e := range w.Updates() {
 		if e == nil {
+			if !loaded {
+				loaded = true
+				close(s.loaded)
+			}
 			continue
+		}
+		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
+		if !snap.Deleted {
+			var v struct {
+				State    State     `json:"state"`
+				Deadline time.Time `json:"deadline"`
+				Outbox   *struct {
+					NotBefore time.Time `json:"not_before"`
+				} `json:"outbox"`
+			}
+			if json.Unmarshal(e.Value(), &v) != nil {
+				continue // not a record a2ad wrote; Get reports it
+			}
+			snap.State, snap.Deadline = v.State, v.Deadline
+			if v.Outbox != nil {
+				snap.OutboxAt = v.Outbox.NotBefore
+				if snap.OutboxAt.IsZero() {
+					snap.OutboxAt = time.Unix(1, 0)
+				}
+			}
+		}
+		if isOpen := !snap.Deleted && !snap.State.Terminal(); isOpen != open[snap.ID] {
+			if isOpen {
+				open[snap.ID] = true
+				s.open.Add(1)
+			} else {
+				delete(open, snap.ID)
+				s.open.Add(-1)
+			}
+		}
+		if onChange != nil {
+			onChange(snap)
 		}
 		s.mu.Lock()
 		for ch := range s.waiters[e.Key()] {
@@ -98,20 +173,54 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Create(ctx, r.ID, b); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return ErrExists
+	ambiguous := false
+	err = s.retry(ctx, func() error {
+		_, err := s.kv.Create(ctx, r.ID, b)
+		if err != nil && transient(err) {
+			ambiguous = true
 		}
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		if ambiguous && s.holds(ctx, r.ID, b) {
+			return nil // an attempt whose answer was lost did store it
+		}
+		return ErrExists
+	}
+	if err != nil {
 		return fmt.Errorf("task: create %s: %w", r.ID, err)
 	}
 	return nil
 }
 
+// holds reports whether the stored value of id is exactly b.
+func (s *Store) holds(ctx context.Context, id string, b []byte) bool {
+	var e jetstream.KeyValueEntry
+	err := s.retry(ctx, func() (err error) { e, err = s.kv.Get(ctx, id); return err })
+	return err == nil && bytes.Equal(e.Value(), b)
+}
+
 // Get returns the record and its KV revision; ErrNotFound if absent.
 func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
-	e, err := s.kv.Get(ctx, id)
+	var e jetstream.KeyValueEntry
+	err := s.retry(ctx, func() (err error) { e, err = s.kv.Get(ctx, id); return err })
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		// KV reads are direct gets that any replica may serve; one a few
+		// milliseconds behind would miss a task another instance just
+		// created. "Not found" is confirmed by the stream leader.
+		var raw []byte
+		raw, rev, lerr := s.leaderGet(ctx, id)
+		if lerr != nil {
+			return nil, 0, lerr
+		}
+		r, derr := decode(raw)
+		if derr != nil {
+			return nil, 0, fmt.Errorf("task: decode %s: %w", id, derr)
+		}
+		return r, rev, nil
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		if errors.Is(err, jetstream.ErrInvalidKey) {
 			return nil, 0, ErrNotFound
 		}
 		return nil, 0, fmt.Errorf("task: get %s: %w", id, err)
@@ -123,18 +232,49 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 	return r, e.Revision(), nil
 }
 
+// leaderGet reads id's last value through the stream leader (a JetStream
+// API message get, not a direct get); ErrNotFound if absent or deleted.
+func (s *Store) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
+	if !validKey(id) {
+		return nil, 0, ErrNotFound
+	}
+	var m *jetstream.RawStreamMsg
+	err := s.retry(ctx, func() (err error) {
+		m, err = s.stream.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+id)
+		return err
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, 0, ErrNotFound
+	case err != nil:
+		return nil, 0, fmt.Errorf("task: get %s: %w", id, err)
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, 0, ErrNotFound
+	}
+	return m.Data, m.Sequence, nil
+}
+
 // Update reads the record, lets mutate change it, and writes it back with
 // compare-and-swap on the revision read, retrying on a lost race with
 // jittered backoff (up to 64 times, then ErrConflict). If mutate returns an error the record is not
 // written and the error is returned, except that errors wrapping
 // ErrIllegalTransition still write the record (the refusal is history) and
-// are returned after the write.
+// are returned after the write. A write whose answer was lost (a timeout
+// during a leader election) is recognised on the next read and not redone.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) error) (*Record, error) {
+	var lastWrite []byte // bytes of a write whose outcome is unknown
+	var lastRec *Record
+	var lastErr error
 	for attempt := range 64 {
 		if attempt > 0 {
 			// Jittered backoff: writers that lost a race spread out.
 			time.Sleep(time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond) + 1)))
 		}
+		if lastWrite != nil && s.holds(ctx, id, lastWrite) {
+			return lastRec, lastErr
+		}
+		lastWrite = nil
 		r, rev, err := s.Get(ctx, id)
 		if err != nil {
 			return nil, err
@@ -148,7 +288,12 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 			return nil, err
 		}
 		if _, err := s.kv.Update(ctx, id, b, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			switch {
+			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+				continue
+			case transient(err) && ctx.Err() == nil:
+				lastWrite, lastRec, lastErr = b, r, merr
+				s.pause(ctx, attempt)
 				continue
 			}
 			return nil, fmt.Errorf("task: update %s: %w", id, err)
@@ -158,10 +303,59 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 	return nil, ErrConflict
 }
 
+// transient reports errors that a retry may cure: timeouts, no responders
+// while a stream leader is elected, a connection being re-established, and
+// JetStream's "temporarily unavailable" answers.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503 || apiErr.Code == 408
+	}
+	return false
+}
+
+// Transient reports whether err is a NATS or JetStream error that a retry
+// may cure (see the Store's retries); callers use it to tell "try again"
+// from "refused".
+func Transient(err error) bool { return transient(err) }
+
+// retry runs op until it succeeds, fails with a non-transient error, ctx
+// ends, or RetryFor has passed.
+func (s *Store) retry(ctx context.Context, op func() error) error {
+	limit := s.RetryFor
+	if limit == 0 {
+		limit = 20 * time.Second
+	}
+	until := time.Now().Add(limit)
+	for attempt := 0; ; attempt++ {
+		err := op()
+		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(until) {
+			return err
+		}
+		s.pause(ctx, attempt)
+	}
+}
+
+// pause sleeps 50 ms doubling up to 1 s, or until ctx ends.
+func (s *Store) pause(ctx context.Context, attempt int) {
+	d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // Delete removes a record that never became a delegation (for example the
 // agent was offline), so no half-created task remains.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.kv.Purge(ctx, id)
+	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id) })
 }
 
 // List returns every record, newest first.
@@ -188,4 +382,20 @@ func (s *Store) List(ctx context.Context) ([]*Record, error) {
 		return out[i].CreatedAt.After(out[j].CreatedAt)
 	})
 	return out, nil
+}
+
+// validKey reports whether id can be a KV key of this store (the task ids
+// a2ad issues are single NATS tokens).
+func validKey(id string) bool {
+	if id == "" || len(id) > 256 {
+		return false
+	}
+	for _, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }

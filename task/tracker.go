@@ -9,6 +9,7 @@ import (
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -74,27 +75,68 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int)
 	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       EventsConsumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       10 * time.Second,
 		MaxAckPending: 1024,
 	})
 	if err != nil {
 		return fmt.Errorf("task: events consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		err := t.Apply(context.Background(), m.Subject(), m.Headers().Get(natsbind.HeaderMsgID), m.Data())
-		if err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, ErrNotFound) && !errors.Is(err, errRefused) {
-			t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "err", err)
-			_ = m.NakWithDelay(time.Second)
-			return
-		}
-		_ = m.Ack()
-	})
+	cc, err := cons.Consume(func(m jetstream.Msg) { t.handle(ctx, st, m) })
 	if err != nil {
 		return fmt.Errorf("task: consume events: %w", err)
 	}
 	<-ctx.Done()
 	cc.Stop()
 	return nil
+}
+
+// unknownTaskRetries is how often an event for a task not (yet) in the
+// store is redelivered before it is dropped: a KV read served by a replica
+// a few milliseconds behind must not lose an event.
+const unknownTaskRetries = 5
+
+// handle applies one delivered event and settles it with the stream.
+func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.Msg) {
+	md, mdErr := m.Metadata()
+	// Events of one task apply in stream order, also when several instances
+	// share the consumer: while an earlier event of the same task is still
+	// in the (work-queue) stream, it is being applied elsewhere or awaits
+	// redelivery, so this one waits.
+	if mdErr == nil {
+		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(m.Subject()))
+		if err == nil && first.Sequence < md.Sequence.Stream {
+			_ = m.NakWithDelay(50 * time.Millisecond)
+			return
+		}
+	}
+	completed := failpoint.Armed() && isCompletion(m.Data())
+	if completed {
+		failpoint.Hit("event-completed-before-apply")
+	}
+	err := t.Apply(context.WithoutCancel(ctx), m.Subject(), m.Headers().Get(natsbind.HeaderMsgID), m.Data())
+	switch {
+	case errors.Is(err, ErrNotFound) && mdErr == nil && md.NumDelivered < unknownTaskRetries:
+		_ = m.NakWithDelay(time.Duration(md.NumDelivered) * 200 * time.Millisecond)
+		return
+	case err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, ErrNotFound) && !errors.Is(err, errRefused):
+		t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "err", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if completed {
+		failpoint.Hit("event-completed-after-apply")
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		// Unacknowledged, the event comes again and changes nothing.
+		t.Log.Debug("event ack not confirmed", "subject", m.Subject(), "err", err)
+	}
+}
+
+// isCompletion reports whether an event reports TASK_STATE_COMPLETED (the
+// failpoints around applying a completion need to know).
+func isCompletion(data []byte) bool {
+	item, err := a2a.DecodeStreamResponse(data)
+	return err == nil && item.StatusUpdate != nil && item.StatusUpdate.Status.State == a2a.TaskStateCompleted
 }
 
 var errRefused = errors.New("event refused")

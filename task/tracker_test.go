@@ -20,7 +20,7 @@ func newTracker(t testing.TB) *Tracker {
 	_, _, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	store, err := NewStore(ctx, js, 1)
+	store, err := NewStore(ctx, js, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,8 @@ import (
 //	GET /v1/tasks/{id}     Record with its full history
 //	GET /v1/agents         {"agents":[agentcard.Record…]}
 //
-// Records never carry unvalidated artifact content. Errors are
+// Records never carry unvalidated artifact content, nor the brief or
+// answer bytes waiting in a task's outbox. Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
 func Handler(svc *broker.Service) http.Handler {
 	mux := http.NewServeMux()
@@ -30,8 +31,8 @@ func Handler(svc *broker.Service) http.Handler {
 			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 			return
 		}
-		for _, rec := range recs {
-			rec.Pending = nil
+		for i, rec := range recs {
+			recs[i] = rec.Redacted()
 		}
 		if recs == nil {
 			recs = []*task.Record{}
@@ -48,8 +49,7 @@ func Handler(svc *broker.Service) http.Handler {
 			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 			return
 		}
-		rec.Pending = nil
-		writeJSON(w, http.StatusOK, rec)
+		writeJSON(w, http.StatusOK, rec.Redacted())
 	})
 	mux.HandleFunc("GET /v1/agents", func(w http.ResponseWriter, r *http.Request) {
 		recs, err := svc.Agents.List(r.Context(), "")

@@ -21,9 +21,9 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Principal is who calls: it comes from the transport (a verified token on
@@ -67,47 +67,32 @@ type Service struct {
 	// EvidenceSchemas maps "agentId/skillId" to a host schema the evidence
 	// must satisfy before anything is sent.
 	EvidenceSchemas map[string]string
-	idem            jetstream.KeyValue
 
-	timersMu sync.Mutex
-	timers   map[string]*time.Timer
+	schedOnce sync.Once
+	sched     *scheduler
 }
 
-// IdempotencyBucket maps (tenant, idempotency key) to a task.
-const IdempotencyBucket = "a2ad_idempotency"
-
-// Init binds the idempotency bucket and arms deadline timers for every open
-// task in the store (so deadlines survive restarts).
-func (s *Service) Init(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: IdempotencyBucket, Description: "a2ad idempotency keys per tenant", History: 1,
-		Replicas: max(1, replicas), TTL: 24 * time.Hour, Storage: jetstream.FileStorage,
-	})
-	if err != nil {
-		return fmt.Errorf("broker: KV bucket %s: %w", IdempotencyBucket, err)
-	}
-	s.idem = kv
-	s.timers = map[string]*time.Timer{}
-	recs, err := s.Tasks.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if !r.State.Terminal() {
-			s.armDeadline(r.ID, r.Deadline)
-		}
-	}
-	return nil
+// Track is the task store's change callback ([task.NewStore]): it keeps the
+// schedule of deadlines and outbox deliveries. It may be called before
+// [Service.Run].
+func (s *Service) Track(sn task.Snapshot) {
+	s.scheduler().set(sn.ID, dueOf(sn))
 }
 
-// Close stops deadline timers.
-func (s *Service) Close() {
-	s.timersMu.Lock()
-	defer s.timersMu.Unlock()
-	for id, t := range s.timers {
-		t.Stop()
-		delete(s.timers, id)
-	}
+// Scheduled is the number of tasks whose deadline or outbox delivery this
+// instance is watching.
+func (s *Service) Scheduled() int { return s.scheduler().Len() }
+
+func (s *Service) scheduler() *scheduler {
+	s.schedOnce.Do(func() { s.sched = newScheduler() })
+	return s.sched
+}
+
+// Run enforces deadlines and redelivers outboxes as they fall due, until
+// ctx ends. Every instance runs it; compare-and-swap on the task record
+// decides which instance's action takes effect.
+func (s *Service) Run(ctx context.Context) {
+	s.scheduler().run(ctx, s.act)
 }
 
 func newTaskID() string {
@@ -116,11 +101,24 @@ func newTaskID() string {
 	return "tsk-" + hex.EncodeToString(b[:])
 }
 
-// Delegate validates the request, stores a submitted task and sends the
-// brief to the agent. Errors: agentcard.ErrAgentNotFound, *agentcard.NotDelegableError,
-// agentcard.ErrSkillNotFound, artifact.ErrSchemaNotFound, *brief.Error,
-// *EvidenceError, natsbind.ErrAgentOffline, ErrIdempotencyConflict. On any
-// error no task remains.
+// idempotentTaskID derives the task id from the tenant and the host's
+// idempotency key, so that creating the record is itself the idempotency
+// check: one atomic KV create, no separate index that a crash could leave
+// half-written.
+func idempotentTaskID(tenant, key string) string {
+	h := sha256.Sum256([]byte("a2ad/idempotency\x00" + tenant + "\x00" + key))
+	return "tsk-" + hex.EncodeToString(h[:12])
+}
+
+// Delegate validates the request, stores a submitted task whose outbox holds
+// the brief, and sends it to the agent. Errors: agentcard.ErrAgentNotFound,
+// *agentcard.NotDelegableError, agentcard.ErrSkillNotFound,
+// artifact.ErrSchemaNotFound, *brief.Error, *EvidenceError,
+// natsbind.ErrAgentOffline, *a2a.RPCError (the agent refused the brief),
+// ErrIdempotencyConflict. On any of these no task remains. When the agent's
+// answer does not come (a timeout), the task is returned submitted and the
+// brief is redelivered with the same messageId until the agent answers or
+// the deadline passes (docs/durability.md).
 func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest) (*task.Record, error) {
 	if _, _, err := s.Agents.ForDelegation(ctx, p.Tenant, req.Agent, req.Skill); err != nil {
 		if errors.Is(err, agentcard.ErrAgentNotFound) {
@@ -146,86 +144,51 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 		return nil, err
 	}
 	now := time.Now().UTC()
+	id := newTaskID()
+	if req.IdempotencyKey != "" {
+		id = idempotentTaskID(p.Tenant, req.IdempotencyKey)
+	}
 	r := &task.Record{
-		ID: newTaskID(), Tenant: p.Tenant, Subject: p.Subject, AgentID: req.Agent, Skill: req.Skill,
+		ID: id, Tenant: p.Tenant, Subject: p.Subject, AgentID: req.Agent, Skill: req.Skill,
 		BriefDigest: b.Digest(), OutputSchema: schema.Name, SchemaDigest: schema.Digest,
 		IdempotencyKey: req.IdempotencyKey, State: task.Submitted, Turns: 1,
 		Deadline:  now.Add(time.Duration(b.Budget.DeadlineSeconds) * time.Second),
 		CreatedAt: now, UpdatedAt: now,
 		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost}},
 	}
-	var idemKey string
-	if req.IdempotencyKey != "" {
-		idemKey = idempotencyKVKey(p.Tenant, req.IdempotencyKey)
-		val, _ := json.Marshal(idemEntry{TaskID: r.ID, BriefDigest: b.Digest(), Agent: req.Agent, Skill: req.Skill})
-		if _, err := s.idem.Create(ctx, idemKey, val); err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) {
-				return nil, fmt.Errorf("idempotency: %w", err)
-			}
-			return s.replay(ctx, p, idemKey, b.Digest(), req)
-		}
-	}
-	if err := s.Tasks.Create(ctx, r); err != nil {
-		s.dropIdem(idemKey)
-		return nil, err
-	}
-	if err := s.send(ctx, r, b); err != nil {
-		// Nothing reached the agent: remove the record so no half-created task remains.
-		_ = s.Tasks.Delete(context.WithoutCancel(ctx), r.ID)
-		s.dropIdem(idemKey)
-		return nil, err
-	}
-	s.armDeadline(r.ID, r.Deadline)
-	got, _, err := s.Tasks.Get(ctx, r.ID)
-	return got, err
-}
-
-type idemEntry struct {
-	TaskID      string `json:"task_id"`
-	BriefDigest string `json:"brief_digest"`
-	Agent       string `json:"agent"`
-	Skill       string `json:"skill"`
-}
-
-func idempotencyKVKey(tenant, key string) string {
-	h := sha256.Sum256([]byte(tenant + "\x00" + key))
-	return hex.EncodeToString(h[:])
-}
-
-func (s *Service) dropIdem(key string) {
-	if key != "" {
-		_ = s.idem.Delete(context.Background(), key)
-	}
-}
-
-func (s *Service) replay(ctx context.Context, p Principal, key, digest string, req DelegateRequest) (*task.Record, error) {
-	e, err := s.idem.Get(ctx, key)
+	md := metadata(r)
+	params, err := json.Marshal(a2a.SendMessageRequest{
+		Message:       b.Message(messageID(r, 1), "", md),
+		Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true, AcceptedOutputModes: []string{"application/json"}},
+		Metadata:      md,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("idempotency: %w", err)
+		return nil, err
 	}
-	var prev idemEntry
-	if err := json.Unmarshal(e.Value(), &prev); err != nil {
-		return nil, fmt.Errorf("idempotency: %w", err)
+	r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: messageID(r, 1), Params: params,
+		Attempts: 1, NotBefore: now.Add(Lease)}
+	if err := s.Tasks.Create(ctx, r); err != nil {
+		if errors.Is(err, task.ErrExists) && req.IdempotencyKey != "" {
+			return s.replay(ctx, p, id, b.Digest(), req)
+		}
+		return nil, err
 	}
-	if prev.BriefDigest != digest || prev.Agent != req.Agent || prev.Skill != req.Skill {
+	failpoint.Hit("delegate-after-create")
+	return s.deliver(ctx, r, true)
+}
+
+// replay answers a repeated delegation: the same brief to the same agent
+// and skill gets the task the key already names, anything else
+// ErrIdempotencyConflict. No second brief is sent.
+func (s *Service) replay(ctx context.Context, p Principal, id, digest string, req DelegateRequest) (*task.Record, error) {
+	prev, err := s.Get(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	if prev.BriefDigest != digest || prev.AgentID != req.Agent || prev.Skill != req.Skill {
 		return nil, ErrIdempotencyConflict
 	}
-	// The first delegation may still be in flight; wait briefly for its record.
-	for range 50 {
-		r, err := s.Get(ctx, p, prev.TaskID)
-		if err == nil {
-			return r, nil
-		}
-		if !errors.Is(err, task.ErrNotFound) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil, task.ErrNotFound
+	return prev, nil
 }
 
 // metadata names the task and the events subject the agent must publish on.
@@ -239,54 +202,6 @@ func metadata(r *task.Record) json.RawMessage {
 
 // messageID is stable per task and turn, so a resend is recognisable.
 func messageID(r *task.Record, turn int) string { return fmt.Sprintf("%s-m%d", r.ID, turn) }
-
-func (s *Service) send(ctx context.Context, r *task.Record, b *brief.Brief) error {
-	md := metadata(r)
-	msg := b.Message(messageID(r, 1), "", md)
-	res, err := s.Client.Call(ctx, r.AgentID, a2a.MethodSendMessage, a2a.SendMessageRequest{
-		Message:       msg,
-		Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true, AcceptedOutputModes: []string{"application/json"}},
-		Metadata:      md,
-	}, nil)
-	if err != nil {
-		return err
-	}
-	return s.applyReply(ctx, r.ID, res)
-}
-
-// applyReply records the agent's ids from a SendMessage result. The reply is
-// a snapshot that may arrive after later events, so it only moves a task
-// that is still submitted.
-func (s *Service) applyReply(ctx context.Context, id string, res []byte) error {
-	resp, err := a2a.DecodeSendMessageResponse(res)
-	if err != nil {
-		return fmt.Errorf("agent answered SendMessage with an invalid result: %w", err)
-	}
-	if resp.Task == nil {
-		return fmt.Errorf("%w: agent answered SendMessage with a message, not a task", a2a.ErrDecode)
-	}
-	at := resp.Task
-	_, err = s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
-		changed := false
-		if r.AgentTaskID == "" {
-			r.AgentTaskID, changed = at.ID, true
-		}
-		if r.ContextID == "" && at.ContextID != "" {
-			r.ContextID, changed = at.ContextID, true
-		}
-		if to, ok := task.FromWire(at.Status.State); ok && r.State == task.Submitted && to == task.Working {
-			return r.Move(time.Now().UTC(), task.EventStart, task.SourceAgent, "", "")
-		}
-		if !changed {
-			return errSkip
-		}
-		return nil
-	})
-	if errors.Is(err, errSkip) {
-		return nil
-	}
-	return err
-}
 
 var errSkip = errors.New("skip")
 
@@ -345,10 +260,13 @@ func (s *Service) Wait(ctx context.Context, p Principal, id string, wait time.Du
 	}
 }
 
-// Respond answers an interrupted task's question: the task resumes (working)
-// and the answer is sent to the agent as a follow-up message in the same
-// task and context. ErrNotInterrupted if the task does not wait for an
-// answer; if the agent cannot be reached the task stays input-required.
+// Respond answers an interrupted task's question: the task resumes
+// (working) with the answer in its outbox, in one compare-and-swap, and the
+// answer is sent to the agent as a follow-up message in the same task and
+// context. ErrNotInterrupted if the task does not wait for an answer; if
+// the agent is offline or refuses the answer, the task is back in
+// input-required with its question and the error is returned. An answer
+// whose delivery is unconfirmed stays in the outbox and is redelivered.
 func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (*task.Record, error) {
 	if strings.TrimSpace(answer) == "" {
 		return nil, &brief.Error{Field: "/answer", Reason: "required"}
@@ -359,46 +277,42 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 	if _, err := s.Get(ctx, p, id); err != nil {
 		return nil, err
 	}
-	var question string
-	var turn int
 	r, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
 		if r.State != task.InputRequired {
 			return fmt.Errorf("%w (state %s)", ErrNotInterrupted, r.State)
 		}
-		question = r.Question
+		now := time.Now().UTC()
+		question := r.Question
 		r.Turns++
-		turn = r.Turns
-		return r.Move(time.Now().UTC(), task.EventResume, task.SourceHost, "answered", "")
+		md := metadata(r)
+		msg := a2a.Message{MessageID: messageID(r, r.Turns), TaskID: r.AgentTaskID, ContextID: r.ContextID,
+			Role: a2a.RoleUser, Parts: []a2a.Part{a2a.TextPart(answer)}, Metadata: md}
+		params, err := json.Marshal(a2a.SendMessageRequest{Message: msg,
+			Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true}, Metadata: md})
+		if err != nil {
+			return err
+		}
+		if err := r.Move(now, task.EventResume, task.SourceHost, "answered", ""); err != nil {
+			return err
+		}
+		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
+			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	md := metadata(r)
-	msg := a2a.Message{MessageID: messageID(r, turn), TaskID: r.AgentTaskID, ContextID: r.ContextID,
-		Role: a2a.RoleUser, Parts: []a2a.Part{a2a.TextPart(answer)}, Metadata: md}
-	res, err := s.Client.Call(ctx, r.AgentID, a2a.MethodSendMessage, a2a.SendMessageRequest{Message: msg,
-		Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true}, Metadata: md}, nil)
-	if err == nil {
-		_, err = a2a.DecodeSendMessageResponse(res)
-	}
-	if err != nil {
-		// The agent did not take the answer: ask the host again.
-		_, _ = s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
-			if r.State != task.Working {
-				return errSkip
-			}
-			err := r.Move(time.Now().UTC(), task.EventAsk, task.SourceDaemon, "answer not delivered", "")
-			r.Question = question
-			return err
-		})
+	failpoint.Hit("respond-after-resume")
+	if _, err := s.deliver(ctx, r, true); err != nil {
 		return nil, err
 	}
 	return s.Get(ctx, p, id)
 }
 
-// Cancel cancels the task: CancelTask goes to the agent (best effort: an
-// offline agent does not keep the task open) and the task records canceled.
-// ErrTerminal if it had already ended.
+// Cancel cancels the task: it records canceled (reason canceled_by_host)
+// with a CancelTask in its outbox, then sends CancelTask (best effort: an
+// offline agent does not keep the task open). ErrTerminal if it had
+// already ended; if it ends concurrently, the first terminal state wins.
 func (s *Service) Cancel(ctx context.Context, p Principal, id string) (*task.Record, error) {
 	r, err := s.Get(ctx, p, id)
 	if err != nil {
@@ -411,60 +325,29 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id string) (*task.Rec
 }
 
 func (s *Service) cancel(ctx context.Context, id, source, reason string) (*task.Record, error) {
-	r, _, err := s.Tasks.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if r.AgentTaskID != "" {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_, cerr := s.Client.Call(cctx, r.AgentID, a2a.MethodCancelTask, a2a.CancelTaskRequest{ID: r.AgentTaskID}, nil)
-		cancel()
-		if cerr != nil {
-			s.Log.Info("CancelTask not confirmed by agent; canceling locally", "task", id, "agent", r.AgentID, "err", cerr)
-		}
-	}
-	r, err = s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
+	moved := false
+	r, err := s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
 		if r.State.Terminal() {
 			return errSkip // the first terminal state wins
 		}
-		return r.Move(time.Now().UTC(), task.EventCancel, source, reason, "")
-	})
-	if errors.Is(err, errSkip) {
-		err = nil
-	}
-	s.disarm(id)
-	return r, err
-}
-
-func (s *Service) armDeadline(id string, at time.Time) {
-	s.timersMu.Lock()
-	defer s.timersMu.Unlock()
-	if s.timers == nil {
-		return
-	}
-	if old, ok := s.timers[id]; ok {
-		old.Stop()
-	}
-	s.timers[id] = time.AfterFunc(time.Until(at), func() {
-		r, _, err := s.Tasks.Get(context.Background(), id)
-		if err != nil || r.State.Terminal() {
-			s.disarm(id)
-			return
+		now := time.Now().UTC()
+		if err := r.Move(now, task.EventCancel, source, reason, ""); err != nil {
+			return err
 		}
-		s.Log.Info("deadline exceeded; canceling", "task", id, "agent", r.AgentID)
-		if _, err := s.cancel(context.Background(), id, task.SourceDaemon, task.ReasonDeadlineExceeded); err != nil {
-			s.Log.Warn("deadline cancel failed", "task", id, "err", err)
+		moved = true
+		r.Outbox = nil // an undelivered brief or answer is moot now
+		if r.AgentTaskID != "" {
+			r.Outbox = cancelOutbox(r, now)
 		}
+		return nil
 	})
-}
-
-func (s *Service) disarm(id string) {
-	s.timersMu.Lock()
-	defer s.timersMu.Unlock()
-	if t, ok := s.timers[id]; ok {
-		t.Stop()
-		delete(s.timers, id)
+	if err != nil || !moved {
+		return orCurrent(r, err)
 	}
+	if r.Outbox != nil {
+		return s.deliver(ctx, r, true)
+	}
+	return r, nil
 }
 
 // EvidenceError means the evidence does not satisfy the skill's evidence

@@ -54,6 +54,7 @@ type Daemon struct {
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
 // opened. Stop releases everything.
 func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*Daemon, error) {
+	started := time.Now()
 	cfg = cfg.withDefaults()
 	d := &Daemon{Config: cfg, log: log}
 	ok := false
@@ -81,7 +82,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"))
 	} else {
 		d.NATSURL = cfg.NATSURL
-		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1))
+		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
@@ -111,15 +114,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	store, err := task.NewStore(runCtx, js, cfg.Replicas)
+	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
+		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence}
+	store, err := task.NewStore(runCtx, js, cfg.Replicas, d.Service.Track)
 	if err != nil {
 		return nil, err
 	}
-	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Tasks: store, Client: natsbind.NewClient(d.nc), Log: log,
-		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence}
-	if err := d.Service.Init(ctx, js, cfg.Replicas); err != nil {
-		return nil, err
-	}
+	d.Service.Tasks = store
+	d.wg.Add(2)
+	go func() {
+		defer d.wg.Done()
+		d.Service.Run(runCtx)
+	}()
+	go func() {
+		defer d.wg.Done()
+		select {
+		case <-store.Loaded():
+			log.Info("tracking open tasks", "open", store.Open(), "scheduled", d.Service.Scheduled(), "after", time.Since(started).Round(time.Millisecond))
+		case <-runCtx.Done():
+		}
+	}()
 	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log}
 	if _, err := task.EnsureStream(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
@@ -146,6 +160,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		mux.Handle("/mcp", mcpedge.HTTPHandler(d.MCP, log))
 		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), admin.Handler(d.Service)))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/readyz", d.ready)
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		d.wg.Add(1)
 		go func() {
@@ -157,6 +172,40 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	ok = true
 	return d, nil
+}
+
+// Readiness is the /readyz body.
+type Readiness struct {
+	// Ready is true once NATS is connected and every stored task is tracked.
+	Ready bool `json:"ready"`
+	// NATS is the connection status ("CONNECTED", "RECONNECTING", …).
+	NATS string `json:"nats"`
+	// OpenTasks is the number of non-terminal tasks in the store.
+	OpenTasks int `json:"open_tasks"`
+	// Scheduled is the number of tasks whose deadline or redelivery this
+	// instance watches.
+	Scheduled int `json:"scheduled"`
+}
+
+// Ready reports readiness (the /readyz body).
+func (d *Daemon) Ready() Readiness {
+	rd := Readiness{NATS: d.nc.Status().String(), OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled()}
+	select {
+	case <-d.Service.Tasks.Loaded():
+		rd.Ready = d.nc.IsConnected()
+	default:
+	}
+	return rd
+}
+
+// ready serves /readyz: 200 with [Readiness] when ready, else 503 with it.
+func (d *Daemon) ready(w http.ResponseWriter, _ *http.Request) {
+	rd := d.Ready()
+	w.Header().Set("Content-Type", "application/json")
+	if !rd.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(rd)
 }
 
 func loadSchemas(dir string) (*artifact.Registry, error) {
@@ -195,9 +244,6 @@ func (d *Daemon) Stop() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = d.http.Shutdown(ctx)
 			cancel()
-		}
-		if d.Service != nil {
-			d.Service.Close()
 		}
 		if d.cancel != nil {
 			d.cancel()

@@ -1,0 +1,423 @@
+package broker
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/task"
+)
+
+// Delivery timing. A delivery holds a lease of Lease on the task's outbox:
+// no other instance starts one before it ends. After a failed attempt the
+// next waits Backoff(attempts): 1 s doubling up to 30 s.
+const (
+	sendTimeout   = 5 * time.Second
+	cancelTimeout = 2 * time.Second
+	Lease         = sendTimeout + time.Second
+	// MaxCancelAttempts bounds CancelTask deliveries: canceling is best
+	// effort toward the agent, the task is canceled already.
+	MaxCancelAttempts = 8
+	// workers bounds concurrent background deliveries and deadline
+	// cancellations per instance.
+	workers = 16
+)
+
+// Backoff is the pause after the n-th failed delivery attempt.
+func Backoff(n int) time.Duration { return min(time.Second<<min(max(n-1, 0), 5), 30*time.Second) }
+
+// outcome of one delivery attempt.
+type outcome int
+
+const (
+	delivered outcome = iota // the agent answered with a result
+	refused                  // the agent answered with an error, or garbage
+	offline                  // nobody listens on the agent's subject
+	unknown                  // no answer: it may or may not have arrived
+)
+
+func classify(err error) outcome {
+	var rpcErr *a2a.RPCError
+	switch {
+	case err == nil:
+		return delivered
+	case errors.Is(err, natsbind.ErrAgentOffline):
+		return offline
+	case errors.As(err, &rpcErr), errors.Is(err, a2a.ErrDecode):
+		return refused
+	}
+	return unknown
+}
+
+// deliver sends r's outbox (claimed: its NotBefore is this instance's lease)
+// and settles the record with the outcome. first is the synchronous attempt
+// of the host's own call: a brief that is refused or finds the agent offline
+// then removes the task and returns the error, and an answer that is
+// refused returns the error with the task back in input-required. Later
+// attempts (redeliveries) never remove a task.
+func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*task.Record, error) {
+	o := *r.Outbox
+	timeout := sendTimeout
+	if o.Method == a2a.MethodCancelTask {
+		timeout = cancelTimeout
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	res, err := s.Client.Call(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), nil)
+	cancel()
+	if err == nil && o.Method == a2a.MethodSendMessage {
+		_, err = decodeTaskReply(res)
+	}
+	out := classify(err)
+	if first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1) {
+		failpoint.Hit("delegate-after-send")
+	}
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case out == delivered:
+		return s.settle(bg, r.ID, o, res)
+	case first && o.MessageID == messageID(r, 1) && (out == refused || out == offline):
+		// Nothing reached the agent, or it refused the brief: no task remains.
+		if derr := s.Tasks.Delete(bg, r.ID); derr != nil {
+			s.Log.Warn("refused delegation not removed; it will end at its deadline", "task", r.ID, "err", derr)
+		}
+		return nil, err
+	case o.Method == a2a.MethodSendMessage && o.MessageID != messageID(r, 1) && (out == refused || (first && out == offline)):
+		// The agent did not take the answer: ask the host again.
+		_, _ = s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
+			if !sameOutbox(r.Outbox, o) || r.State != task.Working {
+				return errSkip
+			}
+			r.Outbox = nil
+			err := r.Move(time.Now().UTC(), task.EventAsk, task.SourceDaemon, "answer not delivered", "")
+			r.Question = o.Question
+			return err
+		})
+		return nil, err
+	case o.Method == a2a.MethodSendMessage && out == refused:
+		// A redelivered brief the agent refuses can never run.
+		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
+			if !sameOutbox(r.Outbox, o) || r.State.Terminal() {
+				return errSkip
+			}
+			r.Outbox = nil
+			return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, "delivery_refused: "+truncate(err.Error(), 200), "")
+		})
+		return orCurrent(got, uerr)
+	case o.Method == a2a.MethodCancelTask && (out != unknown || o.Attempts >= MaxCancelAttempts):
+		if out != refused && out != delivered {
+			s.Log.Info("CancelTask not confirmed by the agent; the task is canceled regardless", "task", r.ID, "agent", r.AgentID, "attempts", o.Attempts, "err", err)
+		}
+		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
+			if !sameOutbox(r.Outbox, o) {
+				return errSkip
+			}
+			r.Outbox = nil
+			return nil
+		})
+		return orCurrent(got, uerr)
+	}
+	// Not known to have arrived, or the agent is away: try again later.
+	s.Log.Info("delivery to the agent not confirmed; it will be retried", "task", r.ID, "agent", r.AgentID,
+		"method", o.Method, "attempt", o.Attempts, "err", err)
+	got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
+		if !sameOutbox(r.Outbox, o) {
+			return errSkip
+		}
+		r.Outbox.NotBefore = time.Now().UTC().Add(Backoff(o.Attempts))
+		r.Outbox.LastError = truncate(err.Error(), 200)
+		return nil
+	})
+	return orCurrent(got, uerr)
+}
+
+// orCurrent turns errSkip (nothing to write) into success.
+func orCurrent(r *task.Record, err error) (*task.Record, error) {
+	if errors.Is(err, errSkip) {
+		return r, nil
+	}
+	return r, err
+}
+
+func sameOutbox(cur *task.Outbound, o task.Outbound) bool {
+	return cur != nil && cur.Method == o.Method && cur.MessageID == o.MessageID
+}
+
+func decodeTaskReply(res []byte) (*a2a.Task, error) {
+	resp, err := a2a.DecodeSendMessageResponse(res)
+	if err != nil {
+		return nil, fmt.Errorf("agent answered SendMessage with an invalid result: %w", err)
+	}
+	if resp.Task == nil {
+		return nil, fmt.Errorf("%w: agent answered SendMessage with a message, not a task", a2a.ErrDecode)
+	}
+	return resp.Task, nil
+}
+
+// settle records a delivered outbox: it is cleared, and a SendMessage reply
+// teaches the agent's ids. The reply is a snapshot that may arrive after
+// later events, so it only moves a task that is still submitted. A brief
+// that arrived after the task was canceled, before the agent's task id was
+// known, gets its CancelTask now.
+func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []byte) (*task.Record, error) {
+	var at *a2a.Task
+	if o.Method == a2a.MethodSendMessage {
+		at, _ = decodeTaskReply(res)
+	}
+	var cancelNow bool
+	got, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
+		now := time.Now().UTC()
+		changed := false
+		if sameOutbox(r.Outbox, o) {
+			r.Outbox, changed = nil, true
+		}
+		if at != nil {
+			if r.AgentTaskID == "" && at.ID != "" {
+				r.AgentTaskID, changed = at.ID, true
+				if r.State == task.Canceled && r.Outbox == nil {
+					r.Outbox = cancelOutbox(r, now)
+					cancelNow = true
+				}
+			}
+			if r.ContextID == "" && at.ContextID != "" {
+				r.ContextID, changed = at.ContextID, true
+			}
+			if to, ok := task.FromWire(at.Status.State); ok && r.State == task.Submitted && to == task.Working {
+				return r.Move(now, task.EventStart, task.SourceAgent, "", "")
+			}
+		}
+		if !changed {
+			return errSkip
+		}
+		r.UpdatedAt = now
+		return nil
+	})
+	got, err = orCurrent(got, err)
+	if err == nil && cancelNow {
+		return s.deliver(ctx, got, false)
+	}
+	return got, err
+}
+
+// cancelOutbox is the CancelTask request for r (whose agent task id is known).
+func cancelOutbox(r *task.Record, now time.Time) *task.Outbound {
+	params, _ := json.Marshal(a2a.CancelTaskRequest{ID: r.AgentTaskID})
+	return &task.Outbound{Method: a2a.MethodCancelTask, Params: params, Attempts: 1, NotBefore: now.Add(Lease)}
+}
+
+// redeliver claims id's outbox if it is due (compare-and-swap: one instance
+// wins) and delivers it.
+func (s *Service) redeliver(ctx context.Context, id string) {
+	now := time.Now().UTC()
+	r, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
+		if r.Outbox == nil || now.Before(r.Outbox.NotBefore) {
+			return errSkip
+		}
+		if r.Outbox.Method == a2a.MethodSendMessage && r.State.Terminal() {
+			r.Outbox = nil // the task ended: nothing to deliver any more
+			return nil
+		}
+		r.Outbox.Attempts++
+		r.Outbox.NotBefore = now.Add(Lease)
+		return nil
+	})
+	if err != nil || r.Outbox == nil {
+		return
+	}
+	s.Log.Info("redelivering to the agent", "task", id, "agent", r.AgentID, "method", r.Outbox.Method, "attempt", r.Outbox.Attempts)
+	if _, err := s.deliver(ctx, r, false); err != nil {
+		s.Log.Warn("redelivery settled with an error", "task", id, "err", err)
+	}
+}
+
+// act does what is due for task id: cancel it at its deadline, or redeliver
+// its outbox. It reports when the task next needs attention (zero: never).
+func (s *Service) act(ctx context.Context, id string) time.Time {
+	r, _, err := s.Tasks.Get(ctx, id)
+	if errors.Is(err, task.ErrNotFound) {
+		return time.Time{}
+	}
+	if err != nil {
+		s.Log.Warn("task not readable; retrying", "task", id, "err", err)
+		return time.Now().Add(time.Second)
+	}
+	now := time.Now()
+	if !r.State.Terminal() && !now.Before(r.Deadline) {
+		s.Log.Info("deadline exceeded; canceling", "task", id, "agent", r.AgentID)
+		if _, err := s.cancel(ctx, id, task.SourceDaemon, task.ReasonDeadlineExceeded); err != nil {
+			s.Log.Warn("deadline cancel failed; retrying", "task", id, "err", err)
+			return now.Add(time.Second)
+		}
+	} else if r.Outbox != nil && !now.Before(r.Outbox.NotBefore) {
+		s.redeliver(ctx, id)
+	}
+	if r, _, err = s.Tasks.Get(ctx, id); err != nil {
+		if errors.Is(err, task.ErrNotFound) {
+			return time.Time{}
+		}
+		return time.Now().Add(time.Second)
+	}
+	return dueOf(task.Snapshot{ID: id, State: r.State, Deadline: r.Deadline, OutboxAt: outboxAt(r)})
+}
+
+func outboxAt(r *task.Record) time.Time {
+	if r.Outbox == nil {
+		return time.Time{}
+	}
+	if r.Outbox.NotBefore.IsZero() {
+		return time.Unix(1, 0)
+	}
+	return r.Outbox.NotBefore
+}
+
+// dueOf is when a task next needs attention: its outbox's NotBefore or,
+// while open, its deadline; zero when never.
+func dueOf(sn task.Snapshot) time.Time {
+	var due time.Time
+	if !sn.Deleted && !sn.State.Terminal() {
+		due = sn.Deadline
+	}
+	if !sn.Deleted && !sn.OutboxAt.IsZero() && (due.IsZero() || sn.OutboxAt.Before(due)) {
+		due = sn.OutboxAt
+	}
+	return due
+}
+
+// scheduler keeps every task that will need attention in a heap ordered by
+// due time and runs [Service.act] for each as it falls due, on a bounded
+// pool of workers. The task store's watcher feeds it; every instance runs
+// one, and compare-and-swap decides which instance's action takes effect.
+type scheduler struct {
+	mu       sync.Mutex
+	h        dueHeap
+	byID     map[string]*dueItem
+	inflight map[string]bool
+	wake     chan struct{}
+}
+
+type dueItem struct {
+	id  string
+	due time.Time
+	i   int
+}
+
+type dueHeap []*dueItem
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
+func (h *dueHeap) Push(x any)        { it := x.(*dueItem); it.i = len(*h); *h = append(*h, it) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	it.i = -1
+	return it
+}
+
+func newScheduler() *scheduler {
+	return &scheduler{byID: map[string]*dueItem{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// set schedules id at due, or forgets it when due is zero.
+func (sc *scheduler) set(id string, due time.Time) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	it, ok := sc.byID[id]
+	switch {
+	case due.IsZero() && ok:
+		heap.Remove(&sc.h, it.i)
+		delete(sc.byID, id)
+	case due.IsZero():
+		return
+	case ok:
+		it.due = due
+		heap.Fix(&sc.h, it.i)
+	default:
+		it = &dueItem{id: id, due: due}
+		heap.Push(&sc.h, it)
+		sc.byID[id] = it
+	}
+	if due.IsZero() || sc.h[0] == it {
+		select {
+		case sc.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Len is the number of tasks scheduled.
+func (sc *scheduler) Len() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.byID)
+}
+
+// run dispatches due tasks until ctx ends.
+func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) time.Time) {
+	sem := make(chan struct{}, workers)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		sc.mu.Lock()
+		var due []string
+		now := time.Now()
+		for len(sc.h) > 0 && !sc.h[0].due.After(now) {
+			it := heap.Pop(&sc.h).(*dueItem)
+			delete(sc.byID, it.id)
+			if !sc.inflight[it.id] {
+				sc.inflight[it.id] = true
+				due = append(due, it.id)
+			}
+		}
+		next := time.Hour
+		if len(sc.h) > 0 {
+			next = time.Until(sc.h[0].due)
+		}
+		sc.mu.Unlock()
+		for _, id := range due {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				again := act(ctx, id)
+				sc.mu.Lock()
+				delete(sc.inflight, id)
+				sc.mu.Unlock()
+				if ctx.Err() == nil {
+					sc.set(id, again)
+				}
+			}()
+		}
+		if len(due) > 0 {
+			continue // time passed while dispatching: look again
+		}
+		timer.Reset(next) // Go ≥ 1.23: no stale tick survives a Reset
+		select {
+		case <-ctx.Done():
+			return
+		case <-sc.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

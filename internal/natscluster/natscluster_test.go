@@ -1,0 +1,317 @@
+package natscluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The first run on a machine builds nats-server from the module cache (up to
+// a minute or two on a cold Go build cache, on 2 cores); later runs reuse
+// the cached binary, and each test takes some seconds.
+
+const writeRetry = 20 * time.Second // covers a stream-leader election
+
+// TestKVSurvivesNodeKill writes an R3 KV bucket on a three-node cluster,
+// SIGKILLs the node that both leads the bucket's stream and serves the
+// client (so a leader election and a client reconnect both happen), keeps
+// writing, reads everything back, restarts the node and checks it catches
+// up.
+func TestKVSurvivesNodeKill(t *testing.T) {
+	start := time.Now()
+	c := Start(t, 3)
+	t.Logf("cluster ready in %v: %s", time.Since(start).Round(time.Millisecond), c.URLs())
+	if c.N() != 3 {
+		t.Fatalf("N() = %d, want 3", c.N())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	const bucket, stream = "natscluster_test", "KV_natscluster_test"
+	setup, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(setup.Close)
+	setupJS, err := jetstream.New(setup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setupJS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Replicas: 3, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	leader := streamLeader(ctx, t, setupJS, stream)
+	victim := c.Index(leader)
+	if victim < 0 {
+		t.Fatalf("stream leader %q is not a node", leader)
+	}
+
+	// The client knows all nodes but connects to the leader first.
+	urls := []string{c.URL(victim)}
+	for i := range c.N() {
+		if i != victim {
+			urls = append(urls, c.URL(i))
+		}
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	key := func(i int) string { return fmt.Sprintf("k%03d", i) }
+	value := func(i int) string { return fmt.Sprintf("value-%03d-%d", i, i*7919) }
+	put := func(i int) {
+		t.Helper()
+		err := retryFor(ctx, writeRetry, func(ctx context.Context) error {
+			_, err := kv.Put(ctx, key(i), []byte(value(i)))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("put %s: %v (for %v)", key(i), err, writeRetry)
+		}
+	}
+	for i := range 50 {
+		put(i)
+	}
+
+	if got := nc.ConnectedServerName(); got != c.Name(victim) {
+		t.Fatalf("client connected to %q, want %s", got, c.Name(victim))
+	}
+	if nc.ConnectedUrl() != c.URL(victim) {
+		t.Fatalf("ConnectedUrl %s, want URL(%d) = %s", nc.ConnectedUrl(), victim, c.URL(victim))
+	}
+	if l := streamLeader(ctx, t, js, stream); l != c.Name(victim) {
+		t.Logf("stream leader moved from %s to %s before the kill", c.Name(victim), l)
+	}
+	killed := time.Now()
+	c.Kill(victim)
+	for i := 50; i < 100; i++ {
+		put(i)
+	}
+	t.Logf("killed %s (stream leader, the client's server); the 50 writes after it took %v (new leader %s)",
+		c.Name(victim), time.Since(killed).Round(time.Millisecond), streamLeader(ctx, t, js, stream))
+	if got := nc.ConnectedServerName(); got == c.Name(victim) || got == "" {
+		t.Fatalf("client on %q after %s was killed", got, c.Name(victim))
+	}
+	checkAll(ctx, t, kv, 100, key, value)
+
+	restarted := time.Now()
+	c.Restart(victim)
+	// The restarted node is back in the stream's peer set and current.
+	err = retryFor(ctx, 30*time.Second, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		cl := s.CachedInfo().Cluster
+		if cl == nil || cl.Leader == "" {
+			return errors.New("no stream leader")
+		}
+		if len(cl.Replicas) != 2 {
+			return fmt.Errorf("leader %s has %d replicas, want 2", cl.Leader, len(cl.Replicas))
+		}
+		for _, r := range cl.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("replica %s: current=%v offline=%v", r.Name, r.Current, r.Offline)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s did not rejoin the stream: %v", c.Name(victim), err)
+	}
+	t.Logf("%s restarted and current in %v", c.Name(victim), time.Since(restarted).Round(time.Millisecond))
+
+	// Read everything through the restarted node alone.
+	nc2, err := nats.Connect(c.URL(victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc2.Close)
+	if got := nc2.ConnectedServerName(); got != c.Name(victim) {
+		t.Fatalf("connected to %q, want %s", got, c.Name(victim))
+	}
+	js2, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv2, err := js2.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(ctx, t, kv2, 100, key, value)
+	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
+
+// streamLeader returns the server name of the stream's leader, waiting
+// (up to 20 s) for one to be elected.
+func streamLeader(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) string {
+	t.Helper()
+	var leader string
+	err := retryFor(ctx, writeRetry, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if cl := s.CachedInfo().Cluster; cl != nil && cl.Leader != "" {
+			leader = cl.Leader
+			return nil
+		}
+		return errors.New("no leader")
+	})
+	if err != nil {
+		t.Fatalf("stream %s leader: %v", stream, err)
+	}
+	return leader
+}
+
+// checkAll reads keys 0..n-1 and requires their exact values. Gets are
+// retried: a KV bucket allows direct gets, which any replica may answer, and
+// a replica may briefly lag the leader (a lagging key reads as not found).
+func checkAll(ctx context.Context, t *testing.T, kv jetstream.KeyValue, n int, key, value func(int) string) {
+	t.Helper()
+	for i := range n {
+		var got string
+		err := retryFor(ctx, writeRetry, func(ctx context.Context) error {
+			e, err := kv.Get(ctx, key(i))
+			if err != nil {
+				return err
+			}
+			got = string(e.Value())
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("get %s: %v", key(i), err)
+		}
+		if got != value(i) {
+			t.Fatalf("get %s = %q, want %q", key(i), got, value(i))
+		}
+	}
+}
+
+// retryFor retries f (2 s per attempt) for up to d.
+func retryFor(ctx context.Context, d time.Duration, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return retry(ctx, f)
+}
+
+// TestDeployConfigsStartACluster checks the shipped deploy/nats-cluster
+// configs: nats-server -t accepts them unmodified, and, with their fixed
+// ports replaced by free ones and their store dirs by temp dirs, the three
+// form a cluster that serves an R3 stream.
+func TestDeployConfigsStartACluster(t *testing.T) {
+	bin := BuildServer(t)
+	var confs []string
+	for i := 1; i <= 3; i++ {
+		path, err := filepath.Abs(filepath.Join("..", "..", "deploy", "nats-cluster", fmt.Sprintf("n%d.conf", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-t", "-c", path)
+		cmd.Dir = t.TempDir() // in case the check ever touched relative paths
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nats-server -t -c %s: %v\n%s", path, err, out)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		confs = append(confs, string(b))
+	}
+
+	// The shipped ports: clients, routes, monitoring of n1, n2, n3.
+	shipped := []int{4222, 4223, 4224, 6222, 6223, 6224, 8222, 8223, 8224}
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		free, err := freePorts(len(shipped))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCluster(t, 3)
+		var launchErr error
+		for i, nd := range c.nodes {
+			conf := rewriteConf(t, confs[i], shipped, free, nd.store)
+			nd.restartConf = conf
+			if launchErr = c.launch(nd, conf); launchErr != nil {
+				break
+			}
+		}
+		if launchErr != nil {
+			// Most likely a pre-picked port was taken before nats-server
+			// bound it: start over with other ports.
+			c.cleanup()
+			if attempt == attempts {
+				t.Fatalf("attempt %d: %v", attempt, launchErr)
+			}
+			t.Logf("attempt %d: %v; retrying with other ports", attempt, launchErr)
+			continue
+		}
+		c.waitReady()
+		for i, nd := range c.nodes {
+			if want := "nats://127.0.0.1:" + strconv.Itoa(free[i]); nd.clientURL != want {
+				t.Errorf("%s client URL %s, want %s", nd.name, nd.clientURL, want)
+			}
+		}
+		return
+	}
+}
+
+var storeDirRE = regexp.MustCompile(`(?m)^(\s*store_dir:\s*).*$`)
+
+// rewriteConf replaces every 127.0.0.1:<from[i]> by 127.0.0.1:<to[i]> and the
+// store_dir value by store; each must occur.
+func rewriteConf(t *testing.T, conf string, from, to []int, store string) string {
+	t.Helper()
+	if n := len(storeDirRE.FindAllString(conf, -1)); n != 1 {
+		t.Fatalf("%d store_dir lines, want 1", n)
+	}
+	conf = storeDirRE.ReplaceAllLiteralString(conf, "  store_dir: "+strconv.Quote(store))
+	var pairs []string
+	for i := range from {
+		pairs = append(pairs, "127.0.0.1:"+strconv.Itoa(from[i]), "127.0.0.1:"+strconv.Itoa(to[i]))
+	}
+	// One pass, so a new port never gets rewritten again.
+	out := strings.NewReplacer(pairs...).Replace(conf)
+	for _, p := range from[3:6] {
+		if !strings.Contains(conf, "nats://127.0.0.1:"+strconv.Itoa(p)) {
+			t.Fatalf("conf has no route to port %d:\n%s", p, conf)
+		}
+	}
+	// No fixed port may be left for the test to bind.
+	allowed := map[string]bool{}
+	for _, p := range to {
+		allowed[strconv.Itoa(p)] = true
+	}
+	for _, m := range loopbackPortRE.FindAllStringSubmatch(out, -1) {
+		if !allowed[m[1]] {
+			t.Fatalf("conf uses port %s, which the test does not know how to replace:\n%s", m[1], conf)
+		}
+	}
+	if !strings.Contains(out, "\nlisten: 127.0.0.1:") || !strings.Contains(out, "\nhttp: 127.0.0.1:") {
+		t.Fatalf("conf has no loopback listen or http line:\n%s", conf)
+	}
+	return out
+}
+
+var loopbackPortRE = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
