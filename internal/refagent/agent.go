@@ -15,12 +15,13 @@
 // a yes/no question about the customer's identity, then WORKING on the
 // answer; then a risk_assessment artifact and COMPLETED. Evidence without
 // case_id or amount_cents is REJECTED. Per-case misbehaviour
-// ([ModeInvalidArtifact], [ModeSilent], [ModeIllegalTransition]) lets tests
+// ([ModeInvalidArtifact], [ModeSilent], [ModeIllegalTransition], [ModeSlow]) lets tests
 // of a2ad exercise its defences against a faulty agent.
 package refagent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -70,6 +71,8 @@ type Config struct {
 	Misbehave map[string]string
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
+	// SlowFor is how long a [ModeSlow] case stays WORKING; default 3 s.
+	SlowFor time.Duration
 }
 
 // Stats is what the agent has received so far.
@@ -80,6 +83,11 @@ type Stats struct {
 	// order of arrival: the last 1000, so that a long-running agent does not
 	// grow without bound.
 	Received [][]byte
+	// Redeliveries counts SendMessage requests whose messageId was already
+	// processed: answered with the task's current state, nothing redone.
+	Redeliveries int
+	// CancelsReceived counts CancelTask requests for a task the agent knows.
+	CancelsReceived int
 }
 
 // Agent is the reference fraud-review agent. Build it with [New], run it
@@ -91,6 +99,7 @@ type Agent struct {
 	agentID   string
 	card      []byte
 	misbehave map[string]string
+	slowFor   time.Duration
 	log       *slog.Logger
 
 	ctx    context.Context // cancelled by Stop: ends every task and publish
@@ -163,6 +172,7 @@ func New(nc *nats.Conn, cfg Config) (*Agent, error) {
 		agentID:   cfg.AgentID,
 		card:      slices.Clone(card),
 		misbehave: mis,
+		slowFor:   cmp.Or(cfg.SlowFor, 3*time.Second),
 		log:       log.With("agent", cfg.AgentID),
 		ctx:       ctx,
 		cancel:    cancel,
@@ -226,7 +236,8 @@ func (a *Agent) Stop() {
 func (a *Agent) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Stats{BriefsReceived: a.stats.BriefsReceived, Received: make([][]byte, len(a.stats.Received))}
+	s := Stats{BriefsReceived: a.stats.BriefsReceived, Received: make([][]byte, len(a.stats.Received)),
+		Redeliveries: a.stats.Redeliveries, CancelsReceived: a.stats.CancelsReceived}
 	for i, b := range a.stats.Received {
 		s.Received[i] = slices.Clone(b)
 	}
@@ -316,6 +327,7 @@ func (a *Agent) sendMessage(params json.RawMessage, traceparent string) (any, fu
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if id, dup := a.seen[m.MessageID]; dup {
+		a.stats.Redeliveries++
 		t := a.tasks[id]
 		if t == nil {
 			return nil, nil, rpcError(a2a.CodeTaskNotFound, "message %q was processed for a task no longer kept", truncate(m.MessageID, 64))
@@ -421,6 +433,7 @@ func (a *Agent) cancelTask(params json.RawMessage) (any, *a2a.RPCError) {
 	if t == nil {
 		return nil, rpcError(a2a.CodeTaskNotFound, "task %q not found", truncate(p.ID, 64))
 	}
+	a.stats.CancelsReceived++
 	if terminal(t.status.State) {
 		return nil, rpcError(a2a.CodeTaskNotCancelable, "task %s is %s", t.id, t.status.State)
 	}

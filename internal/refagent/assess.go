@@ -23,6 +23,9 @@ const (
 	// ModeIllegalTransition completes normally, then publishes one more
 	// statusUpdate TASK_STATE_WORKING: a transition out of a terminal state.
 	ModeIllegalTransition = "illegal-transition"
+	// ModeSlow behaves normally but stays WORKING for [Config.SlowFor]
+	// (default 3 s) before it completes: crash tests kill a2ad meanwhile.
+	ModeSlow = "slow"
 )
 
 // ParseMisbehave parses misbehaviour specs of the form "<mode>:<caseId>";
@@ -43,8 +46,8 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 				return nil, fmt.Errorf("refagent: misbehave %q: want <mode>:<caseId>", item)
 			}
 			if !knownMode(mode) {
-				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s or %s)",
-					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition)
+				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s or %s)",
+					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow)
 			}
 			if prev, dup := out[caseID]; dup && prev != mode {
 				return nil, fmt.Errorf("refagent: misbehave: case %q given two modes, %q and %q", caseID, prev, mode)
@@ -56,7 +59,7 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 }
 
 func knownMode(m string) bool {
-	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition
+	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow
 }
 
 // evidence is the part of a brief's evidence the fraud-review skill reads.

@@ -79,6 +79,13 @@ func (a *Agent) run(t *task) {
 		}
 	}
 
+	if t.mode == ModeSlow {
+		select {
+		case <-time.After(a.slowFor):
+		case <-t.ctx.Done():
+			return
+		}
+	}
 	var data any = assess(t.ev, verified)
 	if t.mode == ModeInvalidArtifact {
 		data = invalidAssessment(t.ev)

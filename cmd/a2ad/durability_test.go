@@ -1,0 +1,558 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+)
+
+// These tests kill real a2ad processes (SIGKILL, or a failpoint that makes
+// the process SIGKILL itself at an exact point) and check what a host
+// relies on: the exact set of tasks, their final states, the briefs the
+// agent received and the artifacts returned. The reference agent runs
+// in-process so its counters can be read; it speaks the real binding.
+
+// daemonProc is one `a2ad serve` process.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	log    *lockedBuffer
+	NATS   string
+	HTTP   string
+	exited chan struct{}
+}
+
+// startDaemon runs `a2ad serve` with args and extra environment, and waits
+// for it to report its listeners.
+func startDaemon(t *testing.T, env []string, args ...string) *daemonProc {
+	t.Helper()
+	p := &daemonProc{log: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = p.log.Write([]byte(line + "\n"))
+			if m := servingLine.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("a2ad %v log:\n%s", args, tail(p.log.String(), 40))
+		}
+	})
+	select {
+	case m := <-found:
+		p.NATS, p.HTTP = m[1], m[2]
+	case <-p.exited:
+		t.Fatalf("a2ad serve exited before serving:\n%s", p.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a2ad serve did not report its listeners:\n%s", p.log.String())
+	}
+	return p
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *daemonProc) kill(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Kill()
+	p.waitExit(t)
+}
+
+// waitExit waits for the process to end (after a failpoint fired).
+func (p *daemonProc) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a2ad did not exit:\n%s", tail(p.log.String(), 20))
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// host is an MCP client session over Streamable HTTP.
+type host struct {
+	t       *testing.T
+	session *mcp.ClientSession
+}
+
+func connectHost(t *testing.T, httpURL string) *host {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "durability-host", Version: "1"}, nil)
+	s, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: httpURL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return &host{t: t, session: s}
+}
+
+// toolResult is a tool's structured result, or its error text.
+type toolResult struct {
+	TaskID    string `json:"task_id"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	Question  string `json:"question"`
+	Artifacts []struct {
+		ArtifactID string `json:"artifact_id"`
+		Parts      []struct {
+			Data map[string]any `json:"data"`
+		} `json:"parts"`
+	} `json:"artifacts"`
+	ErrText string `json:"-"`
+}
+
+// call runs a tool; a transport error (the daemon died) is returned as err.
+func (h *host) call(tool string, args map[string]any) (toolResult, error) {
+	res, err := h.session.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return toolResult{}, err
+	}
+	var out toolResult
+	if res.IsError {
+		out.ErrText = res.Content[0].(*mcp.TextContent).Text
+		return out, nil
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		h.t.Fatal(err)
+	}
+	return out, nil
+}
+
+// mustCall runs a tool that must succeed.
+func (h *host) mustCall(tool string, args map[string]any) toolResult {
+	h.t.Helper()
+	out, err := h.call(tool, args)
+	if err != nil {
+		h.t.Fatalf("%s: %v", tool, err)
+	}
+	if out.ErrText != "" {
+		h.t.Fatalf("%s: %s", tool, out.ErrText)
+	}
+	return out
+}
+
+// delegateArgs is a fraud-review delegation of caseID for amount cents
+// (above 50000 the agent asks a question first).
+func delegateArgs(caseID string, amount int, key string, wait int) map[string]any {
+	args := map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk", "objective": "Assess the fraud risk of this refund.",
+		"evidence":      map[string]any{"case_id": caseID, "amount_cents": amount, "currency": "EUR", "manual_review_above_cents": 50000},
+		"output_schema": "risk_assessment", "budget": map[string]any{"deadline_seconds": 120}, "wait_seconds": wait,
+	}
+	if key != "" {
+		args["idempotency_key"] = key
+	}
+	return args
+}
+
+// delegateWhenAgentKnown retries while the agent's registration is in flight.
+func (h *host) delegateWhenAgentKnown(args map[string]any) (toolResult, error) {
+	h.t.Helper()
+	until := time.Now().Add(15 * time.Second)
+	for {
+		out, err := h.call("delegate", args)
+		if err != nil || !strings.HasPrefix(out.ErrText, "agent_not_found") || time.Now().After(until) {
+			return out, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitFinal follows a task with task_get until it is terminal.
+func (h *host) waitFinal(id string, within time.Duration) toolResult {
+	h.t.Helper()
+	until := time.Now().Add(within)
+	for {
+		out := h.mustCall("task_get", map[string]any{"task_id": id, "wait_seconds": 5})
+		if terminalState(out.State) {
+			return out
+		}
+		if time.Now().After(until) {
+			h.t.Fatalf("task %s still %s after %s", id, out.State, within)
+		}
+	}
+}
+
+func terminalState(s string) bool {
+	return s == "completed" || s == "failed" || s == "canceled" || s == "rejected"
+}
+
+// adminRecord reads a task's full record from the admin API.
+type adminRecord struct {
+	TaskID  string `json:"task_id"`
+	State   string `json:"state"`
+	Reason  string `json:"reason"`
+	Outbox  any    `json:"outbox"`
+	History []struct {
+		From    string `json:"from"`
+		To      string `json:"to"`
+		Event   string `json:"event"`
+		Source  string `json:"source"`
+		Reason  string `json:"reason"`
+		Refused bool   `json:"refused"`
+	} `json:"history"`
+}
+
+func getRecord(t *testing.T, httpURL, id string) adminRecord {
+	t.Helper()
+	resp, err := http.Get(httpURL + "/v1/tasks/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r adminRecord
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/tasks/%s: %d %v", id, resp.StatusCode, err)
+	}
+	return r
+}
+
+// events lists a record's applied transitions as "from>to" strings.
+func (r adminRecord) events() []string {
+	var out []string
+	for _, h := range r.History {
+		if !h.Refused {
+			out = append(out, h.From+">"+h.To)
+		}
+	}
+	return out
+}
+
+// checkCompleted asserts the task completed once, with one risk assessment
+// for caseID, and nothing left in its outbox.
+func checkCompleted(t *testing.T, got toolResult, rec adminRecord, caseID string, wantEvents string) {
+	t.Helper()
+	if got.State != "completed" || len(got.Artifacts) != 1 || len(got.Artifacts[0].Parts) != 1 {
+		t.Fatalf("task %s: state %s reason %q, %d artifacts; want completed with one", got.TaskID, got.State, got.Reason, len(got.Artifacts))
+	}
+	data := got.Artifacts[0].Parts[0].Data
+	if data["case_id"] != caseID || data["policy_version"] != refagent.PolicyVersion {
+		t.Errorf("artifact = %v, want case_id %s policy_version %s", data, caseID, refagent.PolicyVersion)
+	}
+	if ev := strings.Join(rec.events(), " "); ev != wantEvents {
+		t.Errorf("history = %q, want %q (each transition exactly once)", ev, wantEvents)
+	}
+	if rec.Outbox != nil {
+		t.Errorf("outbox still holds %v", rec.Outbox)
+	}
+}
+
+const (
+	smallCaseHistory  = ">submitted submitted>working working>completed"
+	reviewCaseHistory = ">submitted submitted>working working>input-required input-required>working working>completed"
+)
+
+// agentOn starts the reference agent on url with a reconnecting connection.
+func agentOn(t *testing.T, url string, misbehave map[string]string) *refagent.Agent {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	a, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave,
+		SlowFor: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+func configFile(t *testing.T, extra string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "a2ad.yaml")
+	if err := os.WriteFile(p, []byte(testConfig+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// external returns the serve flags for an instance on an external NATS.
+func external(t *testing.T, natsURL string) []string {
+	return []string{"--config", configFile(t, ""), "--nats-url", natsURL, "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
+}
+
+// Each failpoint kills a2ad at one point of a delegation; a host that
+// retries (delegate with the same idempotency key, or task_get) gets the
+// true final state, the agent received exactly one brief, and every
+// transition happened once.
+func TestKillAtEachPointLosesNothing(t *testing.T) {
+	cases := []struct {
+		point  string
+		caseID string
+		amount int
+		// redelivered: the agent saw the brief or answer twice (and
+		// recognised it by its messageId).
+		redelivered bool
+	}{
+		{"delegate-after-create", "C-101", 1999, false},
+		{"delegate-after-send", "C-102", 1999, true},
+		{"event-completed-before-apply", "C-103", 1999, false},
+		{"event-completed-after-apply", "C-104", 1999, false},
+		{"respond-after-resume", "C-105", 125000, false},
+	}
+	for _, c := range cases {
+		t.Run(c.point, func(t *testing.T) {
+			srv, _, _ := natstest.Start(t)
+			agent := agentOn(t, srv.ClientURL(), nil)
+			flags := external(t, srv.ClientURL())
+			d := startDaemon(t, []string{failpoint.Env + "=" + c.point}, flags...)
+			h := connectHost(t, d.HTTP)
+			key := "retry-" + c.caseID
+			args := delegateArgs(c.caseID, c.amount, key, 10)
+
+			first, err := h.delegateWhenAgentKnown(args)
+			var id string
+			if c.point == "respond-after-resume" {
+				if err != nil || first.State != "input-required" {
+					t.Fatalf("delegate: %v %+v", err, first)
+				}
+				id = first.TaskID
+				if _, err := h.call("task_respond", map[string]any{"task_id": id, "answer": "yes", "wait_seconds": 10}); err == nil {
+					t.Fatal("task_respond returned although a2ad was to die")
+				}
+			} else if err == nil {
+				t.Fatalf("delegate returned although a2ad was to die: %+v", first)
+			}
+			d.waitExit(t)
+			if !strings.Contains(d.log.String(), "failpoint "+c.point+" reached") {
+				t.Fatalf("a2ad died elsewhere:\n%s", tail(d.log.String(), 20))
+			}
+
+			d2 := startDaemon(t, nil, flags...)
+			h2 := connectHost(t, d2.HTTP)
+			if id == "" {
+				// The host never got an answer: it retries with the same key.
+				again := h2.mustCall("delegate", args)
+				id = again.TaskID
+			}
+			got := h2.waitFinal(id, 40*time.Second)
+			want := smallCaseHistory
+			if c.amount > 50000 {
+				want = reviewCaseHistory
+			}
+			checkCompleted(t, got, getRecord(t, d2.HTTP, id), c.caseID, want)
+			st := agent.Stats()
+			if st.BriefsReceived != 1 {
+				t.Errorf("agent received %d briefs, want 1", st.BriefsReceived)
+			}
+			if (st.Redeliveries > 0) != c.redelivered {
+				t.Errorf("agent saw %d redelivered messages; want redelivery %v", st.Redeliveries, c.redelivered)
+			}
+			// Retrying once more still names the same task and sends nothing.
+			if again := h2.mustCall("delegate", args); again.TaskID != id || again.State != "completed" {
+				t.Errorf("third delegate = %s %s, want %s completed", again.TaskID, again.State, id)
+			}
+			if n := agent.Stats().BriefsReceived; n != 1 {
+				t.Errorf("after the repeat the agent has %d briefs, want 1", n)
+			}
+		})
+	}
+}
+
+// SIGKILL while the agent works: its events are kept by JetStream (external
+// NATS) or retried by the agent until the embedded server is back, and
+// applied when a2ad returns.
+func TestKillWhileAgentWorks(t *testing.T) {
+	for _, mode := range []string{"external-nats", "embedded-nats"} {
+		t.Run(mode, func(t *testing.T) {
+			slow := map[string]string{"C-110": refagent.ModeSlow}
+			var flags []string
+			var agent *refagent.Agent
+			var d *daemonProc
+			if mode == "external-nats" {
+				srv, _, _ := natstest.Start(t)
+				agent = agentOn(t, srv.ClientURL(), slow)
+				flags = external(t, srv.ClientURL())
+				d = startDaemon(t, nil, flags...)
+			} else {
+				flags = []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
+				d = startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
+				// The restart listens where agents already connect.
+				flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
+				agent = agentOn(t, d.NATS, slow)
+			}
+			h := connectHost(t, d.HTTP)
+			first, err := h.delegateWhenAgentKnown(delegateArgs("C-110", 1999, "", 1))
+			if err != nil || first.State != "working" {
+				t.Fatalf("delegate: %v %+v, want working", err, first)
+			}
+			d.kill(t)
+			time.Sleep(4 * time.Second) // the agent finishes while no a2ad runs
+			d2 := startDaemon(t, nil, flags...)
+			h2 := connectHost(t, d2.HTTP)
+			got := h2.waitFinal(first.TaskID, 40*time.Second)
+			checkCompleted(t, got, getRecord(t, d2.HTTP, first.TaskID), "C-110", smallCaseHistory)
+			if n := agent.Stats().BriefsReceived; n != 1 {
+				t.Errorf("agent received %d briefs, want 1", n)
+			}
+		})
+	}
+}
+
+// A deadline keeps running while a2ad is down: after the restart the task
+// that outlived it is canceled with deadline_exceeded and the agent gets
+// CancelTask.
+func TestDeadlineSurvivesRestart(t *testing.T) {
+	srv, _, _ := natstest.Start(t)
+	agent := agentOn(t, srv.ClientURL(), map[string]string{"C-120": refagent.ModeSilent})
+	flags := external(t, srv.ClientURL())
+	d := startDaemon(t, nil, flags...)
+	h := connectHost(t, d.HTTP)
+	args := delegateArgs("C-120", 1999, "", 0)
+	args["budget"] = map[string]any{"deadline_seconds": 3}
+	first, err := h.delegateWhenAgentKnown(args)
+	if err != nil || first.ErrText != "" {
+		t.Fatalf("delegate: %v %s", err, first.ErrText)
+	}
+	d.kill(t)
+	time.Sleep(4 * time.Second)
+	d2 := startDaemon(t, nil, flags...)
+	got := connectHost(t, d2.HTTP).waitFinal(first.TaskID, 20*time.Second)
+	if got.State != "canceled" || got.Reason != "deadline_exceeded" {
+		t.Fatalf("state %s reason %q, want canceled deadline_exceeded", got.State, got.Reason)
+	}
+	waitUntil(t, "the agent to receive CancelTask", func() bool { return agent.Stats().CancelsReceived == 1 })
+	rec := getRecord(t, d2.HTTP, first.TaskID)
+	if last := rec.History[len(rec.History)-1]; last.Source != "daemon" || last.To != "canceled" {
+		t.Errorf("last transition %+v, want the daemon canceling", last)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	until := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(until) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Three instances over one NATS share the work: a host delegates through
+// one, answers through another and follows through a third; one instance
+// is killed mid-run; every task completes once and the agent received
+// exactly one brief per task.
+func TestInstancesShareWorkAndSurviveOneKilled(t *testing.T) {
+	srv, _, _ := natstest.Start(t)
+	slow := map[string]string{}
+	for i := range 4 {
+		slow[fmt.Sprintf("C-3%02d", i)] = refagent.ModeSlow
+	}
+	agent := agentOn(t, srv.ClientURL(), slow)
+	var ds []*daemonProc
+	var hs []*host
+	for range 3 {
+		d := startDaemon(t, nil, external(t, srv.ClientURL())...)
+		ds = append(ds, d)
+		hs = append(hs, connectHost(t, d.HTTP))
+	}
+	type job struct {
+		id, caseID string
+		review     bool
+	}
+	var jobs []job
+	// 4 slow small cases, 4 small cases, 4 manual-review cases.
+	for i := range 12 {
+		caseID := fmt.Sprintf("C-3%02d", i)
+		amount := 1999
+		if i >= 8 {
+			amount = 90000
+		}
+		out, err := hs[i%3].delegateWhenAgentKnown(delegateArgs(caseID, amount, "", 0))
+		if err != nil || out.ErrText != "" {
+			t.Fatalf("delegate %s: %v %s", caseID, err, out.ErrText)
+		}
+		jobs = append(jobs, job{out.TaskID, caseID, amount > 50000})
+	}
+	// Instance 0 dies while the slow cases are still working.
+	ds[0].kill(t)
+	hs = hs[1:]
+	for i, j := range jobs {
+		if !j.review {
+			continue
+		}
+		// Answer through one surviving instance, follow through the other.
+		q := hs[i%2].mustCall("task_get", map[string]any{"task_id": j.id, "wait_seconds": 20})
+		if q.State != "input-required" {
+			t.Fatalf("%s: %s, want input-required", j.caseID, q.State)
+		}
+		hs[i%2].mustCall("task_respond", map[string]any{"task_id": j.id, "answer": "yes", "wait_seconds": 0})
+	}
+	for i, j := range jobs {
+		got := hs[(i+1)%2].waitFinal(j.id, 40*time.Second)
+		want := smallCaseHistory
+		if j.review {
+			want = reviewCaseHistory
+		}
+		checkCompleted(t, got, getRecord(t, ds[1+i%2].HTTP, j.id), j.caseID, want)
+	}
+	st := agent.Stats()
+	if st.BriefsReceived != len(jobs) {
+		t.Errorf("agent received %d briefs, want %d", st.BriefsReceived, len(jobs))
+	}
+	seen := map[string]bool{}
+	for _, b := range st.Received {
+		var br struct {
+			Evidence struct {
+				CaseID string `json:"case_id"`
+			} `json:"evidence"`
+		}
+		_ = json.Unmarshal(b, &br)
+		if seen[br.Evidence.CaseID] {
+			t.Errorf("case %s briefed twice", br.Evidence.CaseID)
+		}
+		seen[br.Evidence.CaseID] = true
+	}
+}
+
