@@ -555,4 +555,3 @@ func TestInstancesShareWorkAndSurviveOneKilled(t *testing.T) {
 		seen[br.Evidence.CaseID] = true
 	}
 }
-
