@@ -19,8 +19,10 @@ import (
 	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // These tests kill real a2ad processes (SIGKILL, or a failpoint that makes
@@ -553,5 +555,100 @@ func TestInstancesShareWorkAndSurviveOneKilled(t *testing.T) {
 			t.Errorf("case %s briefed twice", br.Evidence.CaseID)
 		}
 		seen[br.Evidence.CaseID] = true
+	}
+}
+
+// recoveryTasks is how many open tasks TestRestartWith100kOpenTasks stores.
+const recoveryTasks = 100_000
+
+// A restart with 100,000 open tasks in the store: a2ad serves again and,
+// once /readyz says so, tracks every one of them — a deadline that falls
+// due after the restart is enforced. The time to serve and to ready is
+// logged (docs/durability.md reports it; it is not asserted).
+func TestRestartWith100kOpenTasks(t *testing.T) {
+	dataDir := t.TempDir()
+	flags := []string{"--config", configFile(t, ""), "--data-dir", dataDir, "--http-addr", "127.0.0.1:0"}
+	d := startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
+	natsURL := d.NATS
+	flags = append(flags, "--nats-listen", strings.TrimPrefix(natsURL, "nats://"))
+
+	// Store the open tasks straight into the KV bucket, as earlier
+	// delegations would have left them: working, deadline in an hour.
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const soon = 5 // stored last, with a deadline that falls due after the restart
+	total := recoveryTasks + soon
+	ids := make([]string, 0, total)
+	for i := range total {
+		now := time.Now().UTC()
+		id := fmt.Sprintf("tsk-recovery%012d", i)
+		deadline := now.Add(time.Hour)
+		if i >= recoveryTasks {
+			deadline = now.Add(40 * time.Second)
+		}
+		rec := task.Record{ID: id, Tenant: "default", Subject: "local", AgentID: "fraud-review", Skill: "assess_refund_risk",
+			AgentTaskID: fmt.Sprintf("fr-%d", i), BriefDigest: "sha256:" + strings.Repeat("0", 64), OutputSchema: "risk_assessment",
+			State: task.Working, Turns: 1, Deadline: deadline, CreatedAt: now, UpdatedAt: now,
+			History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost},
+				{At: now, From: task.Submitted, To: task.Working, Event: task.EventStart, Source: task.SourceAgent}}}
+		b, _ := json.Marshal(rec)
+		if _, err := js.PublishAsync("$KV."+task.Bucket+"."+id, b); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if i%2000 == 1999 || i == total-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				t.Fatal("storing the tasks did not finish")
+			}
+		}
+	}
+	nc.Close()
+	d.kill(t)
+
+	start := time.Now()
+	d2 := startDaemon(t, nil, flags...)
+	serving := time.Since(start)
+	var rd struct {
+		Ready     bool `json:"ready"`
+		OpenTasks int  `json:"open_tasks"`
+		Scheduled int  `json:"scheduled"`
+	}
+	until := time.Now().Add(3 * time.Minute)
+	for {
+		resp, err := http.Get(d2.HTTP + "/readyz")
+		if err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&rd)
+			resp.Body.Close()
+		}
+		if rd.Ready || time.Now().After(until) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ready := time.Since(start)
+	t.Logf("restart with %d open tasks: serving after %s, all tracked after %s",
+		total, serving.Round(time.Millisecond), ready.Round(time.Millisecond))
+	if !rd.Ready || rd.OpenTasks != total || rd.Scheduled != total {
+		t.Fatalf("/readyz = %+v, want ready with %d open and scheduled", rd, total)
+	}
+	h := connectHost(t, d2.HTTP)
+	for _, id := range []string{ids[0], ids[recoveryTasks/2], ids[recoveryTasks-1]} {
+		if got := h.mustCall("task_get", map[string]any{"task_id": id}); got.State != "working" {
+			t.Errorf("%s: %s, want working", id, got.State)
+		}
+	}
+	for _, id := range ids[recoveryTasks:] {
+		got := h.waitFinal(id, 60*time.Second)
+		if got.State != "canceled" || got.Reason != "deadline_exceeded" {
+			t.Errorf("%s: %s %q, want canceled deadline_exceeded", id, got.State, got.Reason)
+		}
 	}
 }

@@ -34,7 +34,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = filepath.Join(dir, "a2ad")
-	if out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput(); err != nil {
+	// A2AD_TEST_RACE=0 builds the binary without the race detector, to
+	// measure (docs/durability.md); by default it is race-instrumented.
+	buildArgs := []string{"build", "-race", "-o", bin, "."}
+	if os.Getenv("A2AD_TEST_RACE") == "0" {
+		buildArgs = []string{"build", "-o", bin, "."}
+	}
+	if out, err := exec.Command("go", buildArgs...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building a2ad: %v\n%s", err, out)
 		os.Exit(1)
 	}

@@ -169,7 +169,9 @@ type node struct {
 	logPath string
 	conf    string // config file path
 
-	// Real URLs, read back from the ports file at the first start.
+	// Real URLs, read back from the ports file at the first start
+	// (clusterURL is set before it, from the pre-picked cluster port; it
+	// stays empty on a one-node cluster).
 	clientURL, clusterURL, monitorURL string
 
 	// restartConf is the config text a restart writes: the same ports and
@@ -188,8 +190,8 @@ type ports struct {
 }
 
 // Start builds nats-server (see [BuildServer]) and starts an n-node JetStream
-// cluster (n >= 1; 3 for replicated streams that survive one node) named
-// [ClusterName], with server names n1..nN, each node in its own process with
+// cluster (n >= 2; 3 for replicated streams that survive one node; n = 1
+// runs a standalone JetStream server) named [ClusterName], with server names n1..nN, each node in its own process with
 // its own store dir under t.TempDir(), JetStream limits of 64 MiB memory and
 // 1 GiB file store, all on 127.0.0.1.
 //
@@ -229,13 +231,15 @@ func Start(t testing.TB, n int) *Cluster {
 // tryStart starts the n processes; on an error it kills the ones started.
 func tryStart(t testing.TB, n int) (*Cluster, error) {
 	t.Helper()
-	routePorts, err := freePorts(n)
-	if err != nil {
-		t.Fatalf("natscluster: %v", err)
-	}
 	c := newCluster(t, n)
-	for i, nd := range c.nodes {
-		nd.clusterURL = fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i])
+	if n > 1 {
+		routePorts, err := freePorts(n)
+		if err != nil {
+			t.Fatalf("natscluster: %v", err)
+		}
+		for i, nd := range c.nodes {
+			nd.clusterURL = fmt.Sprintf("nats://127.0.0.1:%d", routePorts[i])
+		}
 	}
 	for _, nd := range c.nodes {
 		if err := c.launch(nd, c.conf(nd, "127.0.0.1:-1", "127.0.0.1:-1")); err != nil {
@@ -294,13 +298,23 @@ func newCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// conf is nd's config: client and monitoring listen addresses as given,
+// conf is nd's config: client (listen) and monitoring addresses as given,
 // its cluster port from nd.clusterURL and routes to every node (nats-server
-// ignores the route to itself).
-func (c *Cluster) conf(nd *node, listen, http string) string {
+// ignores the route to itself). A one-node cluster is a standalone server:
+// a clustered JetStream needs at least two peers.
+func (c *Cluster) conf(nd *node, listen, monitor string) string {
 	var routes []string
 	for _, o := range c.nodes {
 		routes = append(routes, strconv.Quote(o.clusterURL))
+	}
+	cluster := fmt.Sprintf(`cluster {
+  name: %q
+  listen: %q
+  routes: [%s]
+}
+`, ClusterName, hostPort(nd.clusterURL), strings.Join(routes, ", "))
+	if len(c.nodes) == 1 {
+		cluster = ""
 	}
 	return fmt.Sprintf(`# Written by internal/natscluster.
 server_name: %s
@@ -311,12 +325,7 @@ jetstream {
   max_memory_store: 64MB
   max_file_store: 1GB
 }
-cluster {
-  name: %q
-  listen: %q
-  routes: [%s]
-}
-`, nd.name, listen, http, nd.store, ClusterName, hostPort(nd.clusterURL), strings.Join(routes, ", "))
+%s`, nd.name, listen, monitor, nd.store, cluster)
 }
 
 // hostPort strips the scheme of a URL such as nats://127.0.0.1:4222.
@@ -361,10 +370,13 @@ func (c *Cluster) launch(nd *node, conf string) error {
 
 	p, err := readPorts(portsDir, nd.done, 20*time.Second)
 	if err == nil && nd.clientURL == "" {
-		if len(p.Nats) == 0 || len(p.Cluster) == 0 || len(p.Monitoring) == 0 {
-			err = fmt.Errorf("incomplete ports file %+v", p)
+		if len(p.Nats) == 0 || len(p.Monitoring) == 0 {
+			err = fmt.Errorf("ports file without client or monitoring URL: %+v", p)
 		} else {
-			nd.clientURL, nd.clusterURL, nd.monitorURL = p.Nats[0], p.Cluster[0], p.Monitoring[0]
+			nd.clientURL, nd.monitorURL = p.Nats[0], p.Monitoring[0]
+			if len(p.Cluster) > 0 {
+				nd.clusterURL = p.Cluster[0]
+			}
 		}
 	}
 	if err != nil {

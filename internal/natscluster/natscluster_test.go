@@ -260,7 +260,7 @@ func TestDeployConfigsStartACluster(t *testing.T) {
 		if launchErr != nil {
 			// Most likely a pre-picked port was taken before nats-server
 			// bound it: start over with other ports.
-			c.cleanup()
+			c.stop()
 			if attempt == attempts {
 				t.Fatalf("attempt %d: %v", attempt, launchErr)
 			}
