@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -139,11 +140,17 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 		a.Tenants = slices.Clone(a.Tenants)
 		agents[a.ID] = a
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "a2ad agent registry: agent cards, fingerprints, approvals",
-		History:     5,
-		Replicas:    max(1, replicas),
+	var kv jetstream.KeyValue
+	// Instances starting together on a fresh cluster race to create the
+	// bucket; the losers' requests time out while it is created.
+	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      Bucket,
+			Description: "a2ad agent registry: agent cards, fingerprints, approvals",
+			History:     5,
+			Replicas:    max(1, replicas),
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("agentcard: bucket %s: %w", Bucket, err)
@@ -379,7 +386,8 @@ func encodeRecord(rec *Record) ([]byte, error) {
 
 // load reads the agent's record and its revision; ErrAgentNotFound if none.
 func (r *Registry) load(ctx context.Context, agentID string) (*Record, uint64, error) {
-	e, err := r.kv.Get(ctx, agentID)
+	var e jetstream.KeyValueEntry
+	err := jsretry.Do(ctx, 20*time.Second, func() (err error) { e, err = r.kv.Get(ctx, agentID); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, ErrAgentNotFound
 	}

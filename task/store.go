@@ -2,6 +2,7 @@ package task
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -63,17 +64,24 @@ type Snapshot struct {
 // the watcher goroutine, in revision order, for every stored record and then
 // for every change; it must not block for long.
 func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChange func(Snapshot)) (*Store, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket,
-		Description: "a2ad delegated task records",
-		History:     1,
-		Replicas:    max(1, replicas),
-		Storage:     jetstream.FileStorage,
+	var kv jetstream.KeyValue
+	// Instances starting together on a fresh cluster race to create the
+	// bucket; the losers' requests time out while it is created.
+	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      Bucket,
+			Description: "a2ad delegated task records",
+			History:     1,
+			Replicas:    max(1, replicas),
+			Storage:     jetstream.FileStorage,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	st, err := js.Stream(ctx, "KV_"+Bucket)
+	var st jetstream.Stream
+	err = jsretry.Do(ctx, time.Minute, func() (err error) { st, err = js.Stream(ctx, "KV_"+Bucket); return err })
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
@@ -303,54 +311,21 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 	return nil, ErrConflict
 }
 
-// transient reports errors that a retry may cure: timeouts, no responders
-// while a stream leader is elected, a connection being re-established, and
-// JetStream's "temporarily unavailable" answers.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == 503 || apiErr.Code == 408
-	}
-	return false
-}
+func transient(err error) bool { return jsretry.Transient(err) }
 
 // Transient reports whether err is a NATS or JetStream error that a retry
 // may cure (see the Store's retries); callers use it to tell "try again"
 // from "refused".
-func Transient(err error) bool { return transient(err) }
+func Transient(err error) bool { return jsretry.Transient(err) }
 
 // retry runs op until it succeeds, fails with a non-transient error, ctx
 // ends, or RetryFor has passed.
 func (s *Store) retry(ctx context.Context, op func() error) error {
-	limit := s.RetryFor
-	if limit == 0 {
-		limit = 20 * time.Second
-	}
-	until := time.Now().Add(limit)
-	for attempt := 0; ; attempt++ {
-		err := op()
-		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(until) {
-			return err
-		}
-		s.pause(ctx, attempt)
-	}
+	return jsretry.Do(ctx, cmp.Or(s.RetryFor, 20*time.Second), op)
 }
 
-// pause sleeps 50 ms doubling up to 1 s, or until ctx ends.
-func (s *Store) pause(ctx context.Context, attempt int) {
-	d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+// pause sleeps before retry number attempt.
+func (s *Store) pause(ctx context.Context, attempt int) { jsretry.Pause(ctx, attempt) }
 
 // Delete removes a record that never became a delegation (for example the
 // agent was offline), so no half-created task remains.

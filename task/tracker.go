@@ -10,6 +10,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -49,16 +50,20 @@ func (t *Tracker) now() time.Time {
 // (an event stays until an instance applied it), deduplication on
 // Nats-Msg-Id within 2 minutes, 7 days maximum age.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        EventsStream,
-		Description: "A2A events from agents, kept until an a2ad instance applied them",
-		Subjects:    []string{natsbind.EventsWildcard},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(1, replicas),
-		Duplicates:  2 * time.Minute,
-		MaxAge:      7 * 24 * time.Hour,
-		MaxMsgSize:  1 << 20,
+	var st jetstream.Stream
+	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        EventsStream,
+			Description: "A2A events from agents, kept until an a2ad instance applied them",
+			Subjects:    []string{natsbind.EventsWildcard},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(1, replicas),
+			Duplicates:  2 * time.Minute,
+			MaxAge:      7 * 24 * time.Hour,
+			MaxMsgSize:  1 << 20,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("task: events stream: %w", err)
@@ -72,11 +77,15 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int)
 	if err != nil {
 		return err
 	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       EventsConsumer,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       10 * time.Second,
-		MaxAckPending: 1024,
+	var cons jetstream.Consumer
+	err = jsretry.Do(ctx, time.Minute, func() (err error) {
+		cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       EventsConsumer,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       10 * time.Second,
+			MaxAckPending: 1024,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("task: events consumer: %w", err)
