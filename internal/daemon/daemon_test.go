@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,12 +16,16 @@ import (
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/brief"
+	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type stack struct {
@@ -42,7 +47,7 @@ func start(t testing.TB, misbehave map[string]string) *stack {
 	d, err := daemon.Start(ctx, daemon.Config{
 		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0",
 		Agents: []daemon.AgentConfig{{
-			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default", "acme"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
 		}},
 	}, log, true)
@@ -371,6 +376,104 @@ func TestIdempotencyKeyReturnsSameTask(t *testing.T) {
 	_, errText = s.call(t, "delegate", args, nil)
 	if !strings.HasPrefix(errText, "idempotency_conflict:") {
 		t.Errorf("same key, different brief: %q", errText)
+	}
+}
+
+// An idempotency key is scoped by tenant, and concurrent delegations with
+// one key create one task: the agent receives one brief per tenant.
+func TestIdempotencyKeyIsPerTenantAndRaceFree(t *testing.T) {
+	s := start(t, nil)
+	ctx := context.Background()
+	ev, _ := json.Marshal(evidence("C-6", 10))
+	req := broker.DelegateRequest{Agent: "fraud-review", Skill: "assess_refund_risk", IdempotencyKey: "same-key",
+		Brief: brief.Request{Objective: "Assess this refund.", Evidence: ev, OutputSchema: "risk_assessment"}}
+	ids := map[string]map[string]bool{"default": {}, "acme": {}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 16 {
+		tenant := []string{"default", "acme"}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.d.Service.Delegate(ctx, broker.Principal{Subject: "host-" + tenant, Tenant: tenant}, req)
+			if err != nil {
+				t.Errorf("tenant %s: %v", tenant, err)
+				return
+			}
+			mu.Lock()
+			ids[tenant][r.ID] = true
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(ids["default"]) != 1 || len(ids["acme"]) != 1 {
+		t.Fatalf("task ids per tenant = %v, want one each", ids)
+	}
+	for a := range ids["default"] {
+		if ids["acme"][a] {
+			t.Fatalf("two tenants share task %s", a)
+		}
+	}
+	waitFor(t, "two briefs", func() bool { return s.agent.Stats().BriefsReceived == 2 })
+	time.Sleep(200 * time.Millisecond)
+	if n := s.agent.Stats().BriefsReceived; n != 2 {
+		t.Errorf("agent received %d briefs, want 2 (one per tenant)", n)
+	}
+	// A tenant cannot read the other's task, even knowing its id.
+	for a := range ids["acme"] {
+		if _, err := s.d.Service.Get(ctx, broker.Principal{Tenant: "default"}, a); !errors.Is(err, task.ErrNotFound) {
+			t.Errorf("default reads acme's task: %v", err)
+		}
+	}
+}
+
+// An event applied once changes nothing when it comes again under another
+// Nats-Msg-Id (past the stream's duplicate window): the state, the
+// artifacts and the history stay as they were.
+func TestReplayedEventChangesNothing(t *testing.T) {
+	s := start(t, nil)
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-8", 10)), nil)
+	if errText != "" || got.State != "completed" {
+		t.Fatalf("delegate: %s %+v", errText, got)
+	}
+	before, _, err := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.d.NATSURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	subject := natsbind.EventsSubject("fraud-review", got.TaskID)
+	status := fmt.Sprintf(`{"statusUpdate":{"taskId":%q,"contextId":%q,"status":{"state":"TASK_STATE_COMPLETED"}}}`, before.AgentTaskID, before.ContextID)
+	art := fmt.Sprintf(`{"artifactUpdate":{"taskId":%q,"contextId":%q,"artifact":{"artifactId":"risk-assessment","parts":[{"data":{"case_id":"C-8"}}]}}}`, before.AgentTaskID, before.ContextID)
+	for i, body := range []string{art, status} {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(body)
+		m.Header.Set(natsbind.HeaderMsgID, fmt.Sprintf("replay.%d", i))
+		if _, err := js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the replayed events to be applied", func() bool {
+		st, err := js.Stream(context.Background(), task.EventsStream)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 0 // applied and acknowledged
+	})
+	after, _, _ := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if len(after.History) != len(before.History)+1 { // the late artifact's refusal is recorded
+		t.Errorf("history grew from %d to %d entries, want +1", len(before.History), len(after.History))
+	}
+	if after.State != task.Completed || len(after.Artifacts) != 1 || string(after.Artifacts[0].Parts[0].Data) != string(before.Artifacts[0].Parts[0].Data) {
+		t.Errorf("after replay: %s %+v", after.State, after.Artifacts)
+	}
+	if last := after.History[len(after.History)-1]; !last.Refused || last.Event != "artifact" {
+		t.Errorf("last history entry %+v, want the refused late artifact", last)
 	}
 }
 
