@@ -113,7 +113,12 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	// redelivery, so this one waits.
 	if mdErr == nil {
 		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(m.Subject()))
-		if err == nil && first.Sequence < md.Sequence.Stream {
+		switch {
+		case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+			// The order cannot be checked (a leader election, say): later.
+			_ = m.NakWithDelay(250 * time.Millisecond)
+			return
+		case err == nil && first.Sequence < md.Sequence.Stream:
 			_ = m.NakWithDelay(50 * time.Millisecond)
 			return
 		}
