@@ -352,6 +352,20 @@ func (sc *scheduler) set(id string, due time.Time) {
 	}
 }
 
+// setEarlier schedules id at due unless the watcher scheduled it earlier
+// meanwhile (a change another instance made while this one acted): the
+// earlier time wins, and acting early only re-reads the record.
+func (sc *scheduler) setEarlier(id string, due time.Time) {
+	sc.mu.Lock()
+	it, ok := sc.byID[id]
+	if ok && (due.IsZero() || it.due.Before(due)) {
+		sc.mu.Unlock()
+		return
+	}
+	sc.mu.Unlock()
+	sc.set(id, due)
+}
+
 // Len is the number of tasks scheduled.
 func (sc *scheduler) Len() int {
 	sc.mu.Lock()
@@ -398,7 +412,7 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 				delete(sc.inflight, id)
 				sc.mu.Unlock()
 				if ctx.Err() == nil {
-					sc.set(id, again)
+					sc.setEarlier(id, again)
 				}
 			}()
 		}

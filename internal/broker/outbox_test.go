@@ -1,0 +1,75 @@
+package broker
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSchedulerActsInDueOrderAndForgets(t *testing.T) {
+	sc := newScheduler()
+	now := time.Now()
+	sc.set("a", now.Add(90*time.Millisecond))
+	sc.set("b", now.Add(30*time.Millisecond))
+	sc.set("c", now.Add(60*time.Millisecond))
+	sc.set("d", now.Add(40*time.Millisecond))
+	sc.set("d", time.Time{}) // ended: forgotten
+	sc.set("c", now.Add(70*time.Millisecond))
+	if n := sc.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+	var mu sync.Mutex
+	var order []string
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		sc.run(ctx, func(_ context.Context, id string) time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, id)
+			if len(order) == 3 {
+				close(done)
+			}
+			return time.Time{} // nothing more to do for it
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("scheduler did not act on all three")
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, []string{"b", "c", "a"}) {
+		t.Errorf("acted in order %v, want [b c a]", order)
+	}
+	if n := sc.Len(); n != 0 {
+		t.Errorf("Len after acting = %d, want 0", n)
+	}
+}
+
+func TestSetEarlierKeepsTheWatchersEarlierTime(t *testing.T) {
+	sc := newScheduler()
+	now := time.Now()
+	sc.set("x", now.Add(time.Second))      // the watcher saw a change while acting
+	sc.setEarlier("x", now.Add(time.Hour)) // the action's own, older view
+	if got := sc.byID["x"].due; !got.Equal(now.Add(time.Second)) {
+		t.Errorf("due = %v, want the earlier %v", got, now.Add(time.Second))
+	}
+	sc.setEarlier("y", now.Add(time.Minute))
+	if got := sc.byID["y"].due; !got.Equal(now.Add(time.Minute)) {
+		t.Errorf("new id due = %v", got)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 6: 30 * time.Second, 40: 30 * time.Second} {
+		if got := Backoff(n); got != want {
+			t.Errorf("Backoff(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
