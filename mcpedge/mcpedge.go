@@ -197,7 +197,7 @@ type PartOutput struct {
 func view(r *task.Record, timedOut bool) TaskOutput {
 	o := TaskOutput{TaskID: r.ID, State: string(r.State), Agent: r.AgentID, Skill: r.Skill, Reason: r.Reason,
 		Question: r.Question, StatusMessage: r.StatusMessage, Verdicts: r.Verdicts, BriefDigest: r.BriefDigest,
-		Deadline: r.Deadline.Format(time.RFC3339), CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.UpdatedAt.Format(time.RFC3339Nano),
+		Deadline: r.Deadline.Format(time.RFC3339Nano), CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.UpdatedAt.Format(time.RFC3339Nano),
 		Waited: timedOut && !r.State.Terminal() && !r.State.Interrupted()}
 	if r.State == task.Completed {
 		for _, a := range r.Artifacts {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -205,14 +206,14 @@ func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, n
 	switch {
 	case item.StatusUpdate != nil:
 		u := item.StatusUpdate
-		r.learnIDs(u.TaskID, u.ContextID)
+		r.learnIDs(u.TaskID, u.ContextID, now)
 		return t.applyStatus(r, u.Status, msgID, now)
 	case item.ArtifactUpdate != nil:
 		u := item.ArtifactUpdate
-		r.learnIDs(u.TaskID, u.ContextID)
+		r.learnIDs(u.TaskID, u.ContextID, now)
 		return t.addArtifact(r, u, msgID, now)
 	case item.Task != nil:
-		r.learnIDs(item.Task.ID, item.Task.ContextID)
+		r.learnIDs(item.Task.ID, item.Task.ContextID, now)
 		for _, a := range item.Task.Artifacts {
 			if err := t.addArtifact(r, &a2a.TaskArtifactUpdateEvent{Artifact: a}, msgID, now); err != nil {
 				return err
@@ -223,9 +224,17 @@ func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, n
 	return errNoChange // a bare message item carries no task change on this binding
 }
 
-func (r *Record) learnIDs(agentTaskID, contextID string) {
-	if r.AgentTaskID == "" {
+// learnIDs records the agent's task and context ids from an event. A task
+// canceled before the agent's id was known (its brief's delivery was
+// unconfirmed) learns here that the agent has it after all, and gets its
+// CancelTask into the outbox, due at once.
+func (r *Record) learnIDs(agentTaskID, contextID string, now time.Time) {
+	if r.AgentTaskID == "" && agentTaskID != "" {
 		r.AgentTaskID = agentTaskID
+		if r.State == Canceled && r.Outbox == nil {
+			params, _ := json.Marshal(a2a.CancelTaskRequest{ID: agentTaskID})
+			r.Outbox = &Outbound{Method: a2a.MethodCancelTask, Params: params, NotBefore: now}
+		}
 	}
 	if r.ContextID == "" {
 		r.ContextID = contextID

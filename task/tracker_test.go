@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -214,5 +215,36 @@ func TestRejectionKeepsNoAgentTextInIDOrStatusMessage(t *testing.T) {
 	}
 	if r.Verdicts[0].ArtifactID != "artifact-1" {
 		t.Errorf("verdict id = %q, want the daemon's label artifact-1", r.Verdicts[0].ArtifactID)
+	}
+}
+
+// A task canceled while its brief's delivery was unconfirmed does not know
+// the agent's task id; the agent's first event teaches it, and the record
+// gets the CancelTask the agent is owed, due at once. The event itself is
+// refused (the task has ended).
+func TestCanceledTaskLearnsAgentIDAndOwesCancelTask(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t9")
+	ctx := context.Background()
+	if _, err := tr.Store.Update(ctx, "t9", func(r *Record) error {
+		return r.Move(time.Now().UTC(), EventCancel, SourceHost, ReasonCanceledByHost, "")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := apply(t, tr, "a2a.events.fraud-review.t9", "a1.1", working)
+	if !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("Apply = %v, want the refusal of a move out of canceled", err)
+	}
+	r := get(t, tr, "t9")
+	if r.State != Canceled || r.AgentTaskID != "a1" {
+		t.Fatalf("state %s agent task %q, want canceled a1", r.State, r.AgentTaskID)
+	}
+	if r.Outbox == nil || r.Outbox.Method != a2a.MethodCancelTask || string(r.Outbox.Params) != `{"id":"a1"}` || time.Until(r.Outbox.NotBefore) > 0 {
+		t.Fatalf("outbox = %+v, want CancelTask {\"id\":\"a1\"} due now", r.Outbox)
+	}
+	// A second event changes nothing more.
+	_ = apply(t, tr, "a2a.events.fraud-review.t9", "a1.2", completed)
+	if r2 := get(t, tr, "t9"); r2.Outbox == nil || !r2.Outbox.NotBefore.Equal(r.Outbox.NotBefore) {
+		t.Errorf("outbox after a second event = %+v", r2.Outbox)
 	}
 }

@@ -445,28 +445,45 @@ func TestKillWhileAgentWorks(t *testing.T) {
 // that outlived it is canceled with deadline_exceeded and the agent gets
 // CancelTask.
 func TestDeadlineSurvivesRestart(t *testing.T) {
-	srv, _, _ := natstest.Start(t)
-	agent := agentOn(t, srv.ClientURL(), map[string]string{"C-120": refagent.ModeSilent})
-	flags := external(t, srv.ClientURL())
-	d := startDaemon(t, nil, flags...)
-	h := connectHost(t, d.HTTP)
-	args := delegateArgs("C-120", 1999, "", 0)
-	args["budget"] = map[string]any{"deadline_seconds": 3}
-	first, err := h.delegateWhenAgentKnown(args)
-	if err != nil || first.ErrText != "" {
-		t.Fatalf("delegate: %v %s", err, first.ErrText)
-	}
-	d.kill(t)
-	time.Sleep(4 * time.Second)
-	d2 := startDaemon(t, nil, flags...)
-	got := connectHost(t, d2.HTTP).waitFinal(first.TaskID, 20*time.Second)
-	if got.State != "canceled" || got.Reason != "deadline_exceeded" {
-		t.Fatalf("state %s reason %q, want canceled deadline_exceeded", got.State, got.Reason)
-	}
-	waitUntil(t, "the agent to receive CancelTask", func() bool { return agent.Stats().CancelsReceived == 1 })
-	rec := getRecord(t, d2.HTTP, first.TaskID)
-	if last := rec.History[len(rec.History)-1]; last.Source != "daemon" || last.To != "canceled" {
-		t.Errorf("last transition %+v, want the daemon canceling", last)
+	for _, mode := range []string{"external-nats", "embedded-nats"} {
+		t.Run(mode, func(t *testing.T) {
+			silent := map[string]string{"C-120": refagent.ModeSilent}
+			var flags []string
+			var agent *refagent.Agent
+			var d *daemonProc
+			if mode == "external-nats" {
+				srv, _, _ := natstest.Start(t)
+				agent = agentOn(t, srv.ClientURL(), silent)
+				flags = external(t, srv.ClientURL())
+				d = startDaemon(t, nil, flags...)
+			} else {
+				// The default set-up: the agents' NATS stops with a2ad, and
+				// they reconnect only after the restart.
+				flags = []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
+				d = startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
+				flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
+				agent = agentOn(t, d.NATS, silent)
+			}
+			h := connectHost(t, d.HTTP)
+			args := delegateArgs("C-120", 1999, "", 0)
+			args["budget"] = map[string]any{"deadline_seconds": 3}
+			first, err := h.delegateWhenAgentKnown(args)
+			if err != nil || first.ErrText != "" {
+				t.Fatalf("delegate: %v %s", err, first.ErrText)
+			}
+			d.kill(t)
+			time.Sleep(4 * time.Second)
+			d2 := startDaemon(t, nil, flags...)
+			got := connectHost(t, d2.HTTP).waitFinal(first.TaskID, 20*time.Second)
+			if got.State != "canceled" || got.Reason != "deadline_exceeded" {
+				t.Fatalf("state %s reason %q, want canceled deadline_exceeded", got.State, got.Reason)
+			}
+			waitUntil(t, "the agent to receive CancelTask", func() bool { return agent.Stats().CancelsReceived == 1 })
+			rec := getRecord(t, d2.HTTP, first.TaskID)
+			if last := rec.History[len(rec.History)-1]; last.Source != "daemon" || last.To != "canceled" {
+				t.Errorf("last transition %+v, want the daemon canceling", last)
+			}
+		})
 	}
 }
 

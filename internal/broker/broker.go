@@ -167,13 +167,29 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	}
 	r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: messageID(r, 1), Params: params,
 		Attempts: 1, NotBefore: now.Add(Lease)}
-	if err := s.Tasks.Create(ctx, r); err != nil {
-		if errors.Is(err, task.ErrExists) && req.IdempotencyKey != "" {
-			return s.replay(ctx, p, id, b.Digest(), req)
+	for attempt := 0; ; attempt++ {
+		err := s.Tasks.Create(ctx, r)
+		if err == nil {
+			break
 		}
-		return nil, err
+		if !errors.Is(err, task.ErrExists) || req.IdempotencyKey == "" {
+			return nil, err
+		}
+		prev, err := s.replay(ctx, p, id, b.Digest(), req)
+		if !errors.Is(err, task.ErrNotFound) || attempt > 0 {
+			return prev, err
+		}
+		// The first delegation with this key was removed (its agent was
+		// offline or refused it) while this one waited: create it anew.
 	}
 	failpoint.Hit("delegate-after-create")
+	if time.Now().After(r.Outbox.NotBefore.Add(-Lease / 2)) {
+		// The create took most of the lease (a leader election): another
+		// instance may start redelivering soon, so leave the delivery to
+		// the scheduler; the host gets the task submitted.
+		s.Log.Info("task stored slowly; its brief goes out with the next redelivery", "task", r.ID)
+		return r, nil
+	}
 	return s.deliver(ctx, r, true)
 }
 
@@ -187,6 +203,18 @@ func (s *Service) replay(ctx context.Context, p Principal, id, digest string, re
 	}
 	if prev.BriefDigest != digest || prev.AgentID != req.Agent || prev.Skill != req.Skill {
 		return nil, ErrIdempotencyConflict
+	}
+	// While the first delegation's own delivery is in flight, its outcome
+	// decides whether the task exists at all: wait for it (at most the lease).
+	for prev.State == task.Submitted && prev.Outbox != nil && prev.Outbox.Attempts == 1 && time.Now().Before(prev.Outbox.NotBefore) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if prev, err = s.Get(ctx, p, id); err != nil {
+			return nil, err
+		}
 	}
 	return prev, nil
 }
@@ -277,7 +305,11 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 	if _, err := s.Get(ctx, p, id); err != nil {
 		return nil, err
 	}
+	var wrote string // the answer's messageId, once a write of it was attempted
 	r, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
+		if wrote != "" && r.Outbox != nil && r.Outbox.MessageID == wrote {
+			return errSkip // our write landed although its answer was lost
+		}
 		if r.State != task.InputRequired {
 			return fmt.Errorf("%w (state %s)", ErrNotInterrupted, r.State)
 		}
@@ -297,10 +329,19 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 		}
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
 			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
+		wrote = msg.MessageID
 		return nil
 	})
+	if errors.Is(err, errSkip) {
+		err = nil
+	}
 	if err != nil {
 		return nil, err
+	}
+	if time.Now().After(r.Outbox.NotBefore.Add(-Lease / 2)) {
+		// The write took most of the lease (a leader election): leave the
+		// delivery to the scheduler rather than race another instance.
+		return s.Get(ctx, p, id)
 	}
 	failpoint.Hit("respond-after-resume")
 	if _, err := s.deliver(ctx, r, true); err != nil {

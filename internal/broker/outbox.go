@@ -38,7 +38,8 @@ type outcome int
 
 const (
 	delivered outcome = iota // the agent answered with a result
-	refused                  // the agent answered with an error, or garbage
+	refused                  // the agent answered with a JSON-RPC error: it took nothing
+	garbled                  // the agent answered, but not with a valid result: it may have taken it
 	offline                  // nobody listens on the agent's subject
 	unknown                  // no answer: it may or may not have arrived
 )
@@ -50,8 +51,10 @@ func classify(err error) outcome {
 		return delivered
 	case errors.Is(err, natsbind.ErrAgentOffline):
 		return offline
-	case errors.As(err, &rpcErr), errors.Is(err, a2a.ErrDecode):
+	case errors.As(err, &rpcErr):
 		return refused
+	case errors.Is(err, a2a.ErrDecode):
+		return garbled
 	}
 	return unknown
 }
@@ -85,7 +88,11 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	case first && o.MessageID == messageID(r, 1) && (out == refused || out == offline):
 		// Nothing reached the agent, or it refused the brief: no task remains.
 		if derr := s.Tasks.Delete(bg, r.ID); derr != nil {
-			s.Log.Warn("refused delegation not removed; it will end at its deadline", "task", r.ID, "err", derr)
+			// The record, and its brief, remain: the host gets the task,
+			// which is redelivered like any other, rather than an error
+			// that would make it delegate a second time.
+			s.Log.Warn("undelivered delegation could not be removed; it stays and is redelivered", "task", r.ID, "err", derr)
+			return r, nil
 		}
 		return nil, err
 	case o.Method == a2a.MethodSendMessage && o.MessageID != messageID(r, 1) && (out == refused || (first && out == offline)):
@@ -100,7 +107,7 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			return err
 		})
 		return nil, err
-	case o.Method == a2a.MethodSendMessage && out == refused:
+	case o.Method == a2a.MethodSendMessage && (out == refused || (!first && out == garbled)):
 		// A redelivered brief the agent refuses can never run.
 		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
 			if !sameOutbox(r.Outbox, o) || r.State.Terminal() {
@@ -110,7 +117,9 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, "delivery_refused: "+truncate(err.Error(), 200), "")
 		})
 		return orCurrent(got, uerr)
-	case o.Method == a2a.MethodCancelTask && (out != unknown || o.Attempts >= MaxCancelAttempts):
+	case o.Method == a2a.MethodCancelTask && (out == delivered || out == refused || out == garbled || o.Attempts >= MaxCancelAttempts):
+		// An offline agent is retried like a silent one: after a restart of
+		// a2ad with its embedded NATS, agents take a moment to reconnect.
 		if out != refused && out != delivered {
 			s.Log.Info("CancelTask not confirmed by the agent; the task is canceled regardless", "task", r.ID, "agent", r.AgentID, "attempts", o.Attempts, "err", err)
 		}
