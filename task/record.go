@@ -80,6 +80,9 @@ type Record struct {
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
+	// EventSeq is the highest event sequence applied, from event ids of the
+	// binding's form "<agentTaskId>.<seq>" (docs/nats-binding.md §6.3).
+	EventSeq int `json:"event_seq,omitempty"`
 	// Outbox is a request to the agent that the state above already
 	// assumes but the agent has not yet acknowledged (a transactional
 	// outbox: written in the same compare-and-swap as the state change that
@@ -87,6 +90,10 @@ type Record struct {
 	// once NotBefore has passed; docs/durability.md gives the order of writes.
 	Outbox *Outbound `json:"outbox,omitempty"`
 }
+
+// BriefMessageID is the messageId of the SendMessage that carries task id's
+// brief (turn 1); answers carry "<id>-m<turn>".
+func BriefMessageID(id string) string { return id + "-m1" }
 
 // Outbound is one request to the agent awaiting its answer.
 type Outbound struct {
@@ -109,6 +116,22 @@ type Outbound struct {
 	NotBefore time.Time `json:"not_before"`
 	// LastError is why the last attempt did not complete.
 	LastError string `json:"last_error,omitempty"`
+}
+
+// Clone returns a copy that shares no slice or outbox with r, so the copy
+// can change without changing r.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.History = slices.Clone(r.History)
+	c.Artifacts = slices.Clone(r.Artifacts)
+	c.Verdicts = slices.Clone(r.Verdicts)
+	c.Pending = slices.Clone(r.Pending)
+	c.Applied = slices.Clone(r.Applied)
+	if r.Outbox != nil {
+		o := *r.Outbox
+		c.Outbox = &o
+	}
+	return &c
 }
 
 // Redacted returns a copy fit for operators' eyes: no unvalidated artifact

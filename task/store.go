@@ -112,6 +112,15 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			continue
 		}
+		// Waiters first: they re-read the record, so they need no decoding.
+		s.mu.Lock()
+		for ch := range s.waiters[e.Key()] {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		s.mu.Unlock()
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
 		if !snap.Deleted {
 			var v struct {
@@ -144,14 +153,6 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 		if onChange != nil {
 			onChange(snap)
 		}
-		s.mu.Lock()
-		for ch := range s.waiters[e.Key()] {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-		s.mu.Unlock()
 	}
 }
 

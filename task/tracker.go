@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/a2ad/a2ad/artifact"
@@ -105,31 +107,50 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int)
 // a few milliseconds behind must not lose an event.
 const unknownTaskRetries = 5
 
+// gapPatience is how long an event waits for an earlier one of its task
+// (a gap in the per-task sequence) before it is applied anyway: longer than
+// the consumer's ack wait, so an earlier event held by an instance that died
+// is redelivered first; a gap the agent left itself cannot wedge a task.
+const gapPatience = 30 * time.Second
+
 // handle applies one delivered event and settles it with the stream.
+//
+// Events of one task apply in order, also when several instances share the
+// consumer. An event whose Nats-Msg-Id follows the binding ("<agentTaskId>.
+// <seq>", docs/nats-binding.md §6.3) is ordered by seq against the record:
+// a seq already applied is a duplicate, a gap waits for the missing event.
+// Any other event is ordered by the stream: while an earlier event of the
+// same task is still in the (work-queue) stream, it is being applied
+// elsewhere or awaits redelivery, so this one waits.
 func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.Msg) {
 	md, mdErr := m.Metadata()
-	// Events of one task apply in stream order, also when several instances
-	// share the consumer: while an earlier event of the same task is still
-	// in the (work-queue) stream, it is being applied elsewhere or awaits
-	// redelivery, so this one waits.
-	if mdErr == nil {
-		first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(m.Subject()))
-		switch {
-		case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
-			// The order cannot be checked (a leader election, say): later.
-			_ = m.NakWithDelay(250 * time.Millisecond)
-			return
-		case err == nil && first.Sequence < md.Sequence.Stream:
-			_ = m.NakWithDelay(50 * time.Millisecond)
-			return
-		}
-	}
+	msgID := m.Headers().Get(natsbind.HeaderMsgID)
 	completed := failpoint.Armed() && isCompletion(m.Data())
 	if completed {
 		failpoint.Hit("event-completed-before-apply")
 	}
-	err := t.Apply(context.WithoutCancel(ctx), m.Subject(), m.Headers().Get(natsbind.HeaderMsgID), m.Data())
+	opts := applyOpts{sequenced: true, waitGap: mdErr == nil && time.Since(md.Timestamp) < gapPatience}
+	err := t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
+	streamOrdered := errors.Is(err, errUnsequenced)
+	if streamOrdered {
+		if mdErr == nil {
+			first, gerr := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(m.Subject()))
+			switch {
+			case gerr != nil && !errors.Is(gerr, jetstream.ErrMsgNotFound):
+				// The order cannot be checked (a leader election, say): later.
+				_ = m.NakWithDelay(250 * time.Millisecond)
+				return
+			case gerr == nil && first.Sequence < md.Sequence.Stream:
+				_ = m.NakWithDelay(50 * time.Millisecond)
+				return
+			}
+		}
+		err = t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), applyOpts{})
+	}
 	switch {
+	case errors.Is(err, errGap):
+		_ = m.NakWithDelay(50 * time.Millisecond)
+		return
 	case errors.Is(err, ErrNotFound) && mdErr == nil && md.NumDelivered < unknownTaskRetries:
 		_ = m.NakWithDelay(time.Duration(md.NumDelivered) * 200 * time.Millisecond)
 		return
@@ -141,10 +162,43 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	if completed {
 		failpoint.Hit("event-completed-after-apply")
 	}
+	if !streamOrdered {
+		// A lost ack only means a redelivery, which the sequence shows to
+		// be a duplicate, so the ack is not awaited.
+		_ = m.Ack()
+		return
+	}
+	// Stream order: the next event of this task waits until this one has
+	// left the stream, so the ack is confirmed.
 	if err := m.DoubleAck(ctx); err != nil {
-		// Unacknowledged, the event comes again and changes nothing.
 		t.Log.Debug("event ack not confirmed", "subject", m.Subject(), "err", err)
 	}
+}
+
+// errGap: an earlier event of the task has not been applied yet.
+// errUnsequenced: the event's id does not carry the task's sequence.
+var (
+	errGap         = errors.New("an earlier event of the task is not applied yet")
+	errUnsequenced = errors.New("event id carries no sequence of this task")
+)
+
+// applyOpts say how an event is ordered.
+type applyOpts struct {
+	sequenced bool // order by the "<agentTaskId>.<seq>" id (else errUnsequenced if it has none)
+	waitGap   bool // a gap returns errGap instead of applying
+}
+
+// eventSeq parses a binding event id "<agentTaskId>.<seq>", seq ≥ 1.
+func eventSeq(msgID string) (prefix string, n int, ok bool) {
+	i := strings.LastIndexByte(msgID, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(msgID[i+1:])
+	if err != nil || n < 1 {
+		return "", 0, false
+	}
+	return msgID[:i], n, true
 }
 
 // isCompletion reports whether an event reports TASK_STATE_COMPLETED (the
@@ -161,7 +215,18 @@ var errRefused = errors.New("event refused")
 // unknown task, an error wrapping ErrIllegalTransition for a refused
 // transition (recorded in the task's history, state unchanged), errRefused
 // for a malformed or foreign event (also recorded), or a store error.
+//
+// An id of the binding's form "<agentTaskId>.<seq>" also orders: a seq at
+// or below the last one applied is a duplicate and changes nothing.
 func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte) error {
+	err := t.apply(ctx, subject, msgID, data, applyOpts{sequenced: true})
+	if errors.Is(err, errUnsequenced) {
+		err = t.apply(ctx, subject, msgID, data, applyOpts{})
+	}
+	return err
+}
+
+func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte, o applyOpts) error {
 	agentID, taskID, err := natsbind.ParseEventsSubject(subject)
 	if err != nil {
 		t.Log.Warn("event on a malformed subject dropped", "subject", subject)
@@ -174,8 +239,21 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 		if r.seen(msgID) {
 			return errNoChange
 		}
-		r.remember(msgID)
 		foreign = r.AgentID != agentID
+		if o.sequenced && !foreign {
+			prefix, n, ok := eventSeq(msgID)
+			if !ok || (r.AgentTaskID != "" && prefix != r.AgentTaskID) {
+				return errUnsequenced
+			}
+			switch {
+			case n <= r.EventSeq:
+				return errNoChange // applied already
+			case n > r.EventSeq+1 && o.waitGap:
+				return errGap
+			}
+			r.EventSeq = n
+		}
+		r.remember(msgID)
 		if foreign {
 			t.Log.Warn("event for a task of another agent refused", "task", taskID, "subject_agent", agentID, "owner", r.AgentID)
 			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
@@ -188,11 +266,21 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 				Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: msgID})
 			return nil
 		}
-		return t.applyItem(r, item, msgID, now)
+		if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
+			// Any event of the task proves the agent has the brief.
+			r.Outbox = nil
+		}
+		err := t.applyItem(r, item, msgID, now)
+		if errors.Is(err, errNoChange) {
+			return nil // still written: the event's id and sequence are now applied
+		}
+		return err
 	})
 	switch {
 	case errors.Is(err, errNoChange):
 		return nil
+	case errors.Is(err, errGap), errors.Is(err, errUnsequenced):
+		return err
 	case errors.Is(err, ErrNotFound):
 		t.Log.Warn("event for an unknown task dropped", "subject", subject)
 		return err

@@ -248,3 +248,33 @@ func TestCanceledTaskLearnsAgentIDAndOwesCancelTask(t *testing.T) {
 		t.Errorf("outbox after a second event = %+v", r2.Outbox)
 	}
 }
+
+// Events ordered by their "<agentTaskId>.<seq>" ids: one that changes
+// nothing (a repeated state) still counts as applied, so the next one does
+// not wait for it; a gap waits; a seq already applied is a duplicate.
+func TestSequencedEventsApplyInOrder(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t5")
+	ctx := context.Background()
+	subj := "a2a.events.fraud-review.t5"
+	inOrder := applyOpts{sequenced: true, waitGap: true}
+	for i, ev := range []struct {
+		id, body string
+		want     error
+	}{
+		{"a1.1", working, nil},
+		{"a1.2", working, nil}, // same state: no change but applied
+		{"a1.4", completed, errGap},
+		{"a1.3", good, nil},
+		{"a1.3", bad, nil}, // duplicate seq: ignored, not validated
+		{"a1.4", completed, nil},
+	} {
+		if err := tr.apply(ctx, subj, ev.id, []byte(ev.body), inOrder); !errors.Is(err, ev.want) {
+			t.Fatalf("event %d (%s): %v, want %v", i, ev.id, err, ev.want)
+		}
+	}
+	r := get(t, tr, "t5")
+	if r.State != Completed || r.EventSeq != 4 || len(r.Artifacts) != 1 || r.Artifacts[0].ArtifactID != "ra" {
+		t.Fatalf("state %s seq %d artifacts %+v, want completed 4 [ra]", r.State, r.EventSeq, r.Artifacts)
+	}
+}

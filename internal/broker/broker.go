@@ -70,6 +70,7 @@ type Service struct {
 
 	schedOnce sync.Once
 	sched     *scheduler
+	bg        sync.WaitGroup // background settles
 }
 
 // Track is the task store's change callback ([task.NewStore]): it keeps the
@@ -93,6 +94,7 @@ func (s *Service) scheduler() *scheduler {
 // decides which instance's action takes effect.
 func (s *Service) Run(ctx context.Context) {
 	s.scheduler().run(ctx, s.act)
+	s.bg.Wait()
 }
 
 func newTaskID() string {
@@ -229,7 +231,12 @@ func metadata(r *task.Record) json.RawMessage {
 }
 
 // messageID is stable per task and turn, so a resend is recognisable.
-func messageID(r *task.Record, turn int) string { return fmt.Sprintf("%s-m%d", r.ID, turn) }
+func messageID(r *task.Record, turn int) string {
+	if turn == 1 {
+		return task.BriefMessageID(r.ID)
+	}
+	return fmt.Sprintf("%s-m%d", r.ID, turn)
+}
 
 var errSkip = errors.New("skip")
 

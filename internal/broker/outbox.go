@@ -83,6 +83,20 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	}
 	bg := context.WithoutCancel(ctx)
 	switch {
+	case out == delivered && first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1):
+		// The host need not wait for the outbox to be cleared: until it is,
+		// a crash only means a redelivery the agent recognises. The host
+		// gets the record as the reply makes it; the store catches up.
+		view := r.Clone()
+		if at, _ := decodeTaskReply(res); at != nil {
+			_, _, _ = applyReply(view, o, at, time.Now().UTC())
+		}
+		s.background(func() {
+			if _, err := s.settle(bg, r.ID, o, res); err != nil {
+				s.Log.Warn("delivered brief not recorded; it will be redelivered", "task", r.ID, "err", err)
+			}
+		})
+		return view, nil
 	case out == delivered:
 		return s.settle(bg, r.ID, o, res)
 	case first && o.MessageID == messageID(r, 1) && (out == refused || out == offline):
@@ -181,37 +195,56 @@ func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []
 	}
 	var cancelNow bool
 	got, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
-		now := time.Now().UTC()
-		changed := false
-		if sameOutbox(r.Outbox, o) {
-			r.Outbox, changed = nil, true
-		}
-		if at != nil {
-			if r.AgentTaskID == "" && at.ID != "" {
-				r.AgentTaskID, changed = at.ID, true
-				if r.State == task.Canceled && r.Outbox == nil {
-					r.Outbox = cancelOutbox(r, now)
-					cancelNow = true
-				}
-			}
-			if r.ContextID == "" && at.ContextID != "" {
-				r.ContextID, changed = at.ContextID, true
-			}
-			if to, ok := task.FromWire(at.Status.State); ok && r.State == task.Submitted && to == task.Working {
-				return r.Move(now, task.EventStart, task.SourceAgent, "", "")
-			}
-		}
-		if !changed {
+		var changed bool
+		var err error
+		changed, cancelNow, err = applyReply(r, o, at, time.Now().UTC())
+		if err == nil && !changed {
 			return errSkip
 		}
-		r.UpdatedAt = now
-		return nil
+		return err
 	})
 	got, err = orCurrent(got, err)
 	if err == nil && cancelNow {
 		return s.deliver(ctx, got, false)
 	}
 	return got, err
+}
+
+// applyReply applies a delivered outbox o, and the agent's Task from a
+// SendMessage reply (at, may be nil), to r. It reports whether r changed,
+// and whether r now owes the agent a CancelTask (a task canceled before the
+// agent's task id was known).
+func applyReply(r *task.Record, o task.Outbound, at *a2a.Task, now time.Time) (changed, owesCancel bool, err error) {
+	if sameOutbox(r.Outbox, o) {
+		r.Outbox, changed = nil, true
+	}
+	if at != nil {
+		if r.AgentTaskID == "" && at.ID != "" {
+			r.AgentTaskID, changed = at.ID, true
+			if r.State == task.Canceled && r.Outbox == nil {
+				r.Outbox, owesCancel = cancelOutbox(r, now), true
+			}
+		}
+		if r.ContextID == "" && at.ContextID != "" {
+			r.ContextID, changed = at.ContextID, true
+		}
+		if to, ok := task.FromWire(at.Status.State); ok && r.State == task.Submitted && to == task.Working {
+			return true, owesCancel, r.Move(now, task.EventStart, task.SourceAgent, "", "")
+		}
+	}
+	if changed {
+		r.UpdatedAt = now
+	}
+	return changed, owesCancel, nil
+}
+
+// background runs f on a goroutine that Run waits for before it returns.
+func (s *Service) background(f func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
 }
 
 // cancelOutbox is the CancelTask request for r (whose agent task id is known).

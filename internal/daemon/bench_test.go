@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/broker"
@@ -13,19 +14,31 @@ import (
 // broker service — brief, KV create, NATS SendMessage to the reference agent,
 // its events through JetStream, the tracker, artifact validation — until the
 // waiting caller sees completed.
+//
+// It also reports the two halves: delegate-µs, the Delegate call itself (what
+// a host with wait_seconds 0 waits: agent lookup, brief, the record with its
+// outbox, SendMessage, the outbox cleared), and events-µs, from then until
+// the waiter sees completed.
 func BenchmarkDelegateToCompletion(b *testing.B) {
 	s := start(b, nil)
+	var delegate, events time.Duration
 	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
+		t0 := time.Now()
 		r, err := s.d.Service.Delegate(ctx, broker.Principal{Tenant: "default", Subject: "bench"}, req)
 		if err != nil {
 			b.Fatal(err)
 		}
+		t1 := time.Now()
 		r, err = s.d.Service.Wait(ctx, broker.Principal{Tenant: "default"}, r.ID, broker.MaxWait, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		delegate += t1.Sub(t0)
+		events += time.Since(t1)
 		return string(r.State)
 	})
+	b.ReportMetric(float64(delegate.Microseconds())/float64(b.N), "delegate-µs/op")
+	b.ReportMetric(float64(events.Microseconds())/float64(b.N), "events-µs/op")
 }
 
 // BenchmarkDelegateOverMCPHTTP is the same delegation as a host makes it:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,11 @@ type stack struct {
 func start(t testing.TB, misbehave map[string]string) *stack {
 	t.Helper()
 	ns, _, _ := natstest.Start(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logTo io.Writer = io.Discard
+	if os.Getenv("A2AD_TEST_LOG") != "" { // debugging aid: daemon and agent logs on stderr
+		logTo = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	d, err := daemon.Start(ctx, daemon.Config{
 		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0",
