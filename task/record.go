@@ -81,8 +81,12 @@ type Record struct {
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
 	// EventSeq is the highest event sequence applied, from event ids of the
-	// binding's form "<agentTaskId>.<seq>" (docs/nats-binding.md §6.3).
+	// binding's form "<taskId>.<seq>" (docs/nats-binding.md §6.3).
 	EventSeq int `json:"event_seq,omitempty"`
+	// Skipped holds sequences passed over when an event waited for them too
+	// long: should one still come, it is applied rather than taken for a
+	// duplicate (the most recent 64).
+	Skipped []int `json:"skipped,omitempty"`
 	// Outbox is a request to the agent that the state above already
 	// assumes but the agent has not yet acknowledged (a transactional
 	// outbox: written in the same compare-and-swap as the state change that
@@ -127,6 +131,7 @@ func (r *Record) Clone() *Record {
 	c.Verdicts = slices.Clone(r.Verdicts)
 	c.Pending = slices.Clone(r.Pending)
 	c.Applied = slices.Clone(r.Applied)
+	c.Skipped = slices.Clone(r.Skipped)
 	if r.Outbox != nil {
 		o := *r.Outbox
 		c.Outbox = &o
@@ -150,6 +155,19 @@ func (r *Record) Redacted() *Record {
 const maxApplied = 64
 
 func (r *Record) seen(msgID string) bool { return msgID != "" && slices.Contains(r.Applied, msgID) }
+
+func (r *Record) skipped(n int) bool { return slices.Contains(r.Skipped, n) }
+
+// skip records the sequences from through to-1 as passed over.
+func (r *Record) skip(from, to int) {
+	from = max(from, to-maxApplied, 1)
+	for n := from; n < to; n++ {
+		r.Skipped = append(r.Skipped, n)
+	}
+	if len(r.Skipped) > maxApplied {
+		r.Skipped = r.Skipped[len(r.Skipped)-maxApplied:]
+	}
+}
 
 func (r *Record) remember(msgID string) {
 	if msgID == "" {

@@ -191,8 +191,8 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 		return err
 	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		if ambiguous && s.holds(ctx, r.ID, b) {
-			return nil // an attempt whose answer was lost did store it
+		if ambiguous && s.sameOrigin(ctx, r) {
+			return nil // an attempt whose answer was lost did store it (and it may have changed since)
 		}
 		return ErrExists
 	}
@@ -200,6 +200,14 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 		return fmt.Errorf("task: create %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// sameOrigin reports whether the stored record with r's id is r itself,
+// possibly changed since: same creation time, tenant, subject and brief.
+func (s *Store) sameOrigin(ctx context.Context, r *Record) bool {
+	got, _, err := s.Get(ctx, r.ID)
+	return err == nil && got.CreatedAt.Equal(r.CreatedAt) && got.Tenant == r.Tenant &&
+		got.Subject == r.Subject && got.BriefDigest == r.BriefDigest
 }
 
 // holds reports whether the stored value of id is exactly b.
@@ -332,6 +340,29 @@ func (s *Store) pause(ctx context.Context, attempt int) { jsretry.Pause(ctx, att
 // agent was offline), so no half-created task remains.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id) })
+}
+
+// DeleteIf removes the record only if pred holds for it as stored, with
+// compare-and-swap on its revision: ErrConflict if it changed meanwhile
+// and pred no longer holds, ErrNotFound if it is gone.
+func (s *Store) DeleteIf(ctx context.Context, id string, pred func(*Record) bool) error {
+	for range 64 {
+		r, rev, err := s.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !pred(r) {
+			return ErrConflict
+		}
+		err = s.retry(ctx, func() error { return s.kv.Purge(ctx, id, jetstream.LastRevision(rev)) })
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("task: delete %s: %w", id, err)
+		}
+	}
+	return ErrConflict
 }
 
 // List returns every record, newest first.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,18 +108,26 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int)
 // a few milliseconds behind must not lose an event.
 const unknownTaskRetries = 5
 
-// gapPatience is how long an event waits for an earlier one of its task
-// (a gap in the per-task sequence) before it is applied anyway: longer than
-// the consumer's ack wait, so an earlier event held by an instance that died
-// is redelivered first; a gap the agent left itself cannot wedge a task.
-const gapPatience = 30 * time.Second
+// gapPatience is how many times an event is put back while it waits for an
+// earlier one of its task (a gap in the per-task sequence) before it is
+// applied anyway. The pauses grow from 50 ms to 2 s, so the wait is about
+// 30 s of this event's own deliveries — longer than the consumer's ack
+// wait, so an earlier event held by an instance that died is redelivered
+// first — and an agent that skipped a number cannot wedge its task.
+const gapPatience = 20
+
+// gapPause is the pause before the n-th redelivery of a waiting event.
+func gapPause(n uint64) time.Duration {
+	return min(50*time.Millisecond<<min(n-1, 6), 2*time.Second)
+}
 
 // handle applies one delivered event and settles it with the stream.
 //
 // Events of one task apply in order, also when several instances share the
-// consumer. An event whose Nats-Msg-Id follows the binding ("<agentTaskId>.
-// <seq>", docs/nats-binding.md §6.3) is ordered by seq against the record:
-// a seq already applied is a duplicate, a gap waits for the missing event.
+// consumer. An event whose Nats-Msg-Id follows the binding ("<taskId>.<seq>",
+// taskId being a2ad's, as in the subject; docs/nats-binding.md §6.3) is
+// ordered by seq against the record: a seq already applied is a duplicate, a
+// gap waits for the missing event.
 // Any other event is ordered by the stream: while an earlier event of the
 // same task is still in the (work-queue) stream, it is being applied
 // elsewhere or awaits redelivery, so this one waits.
@@ -129,7 +138,7 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	if completed {
 		failpoint.Hit("event-completed-before-apply")
 	}
-	opts := applyOpts{sequenced: true, waitGap: mdErr == nil && time.Since(md.Timestamp) < gapPatience}
+	opts := applyOpts{sequenced: true, waitGap: mdErr == nil && md.NumDelivered < gapPatience}
 	err := t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
 	streamOrdered := errors.Is(err, errUnsequenced)
 	if streamOrdered {
@@ -149,7 +158,7 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	}
 	switch {
 	case errors.Is(err, errGap):
-		_ = m.NakWithDelay(50 * time.Millisecond)
+		_ = m.NakWithDelay(gapPause(md.NumDelivered))
 		return
 	case errors.Is(err, ErrNotFound) && mdErr == nil && md.NumDelivered < unknownTaskRetries:
 		_ = m.NakWithDelay(time.Duration(md.NumDelivered) * 200 * time.Millisecond)
@@ -188,7 +197,7 @@ type applyOpts struct {
 	waitGap   bool // a gap returns errGap instead of applying
 }
 
-// eventSeq parses a binding event id "<agentTaskId>.<seq>", seq ≥ 1.
+// eventSeq parses a binding event id "<taskId>.<seq>", seq ≥ 1.
 func eventSeq(msgID string) (prefix string, n int, ok bool) {
 	i := strings.LastIndexByte(msgID, '.')
 	if i <= 0 {
@@ -242,16 +251,20 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 		foreign = r.AgentID != agentID
 		if o.sequenced && !foreign {
 			prefix, n, ok := eventSeq(msgID)
-			if !ok || (r.AgentTaskID != "" && prefix != r.AgentTaskID) {
+			if !ok || prefix != r.ID {
 				return errUnsequenced
 			}
 			switch {
-			case n <= r.EventSeq:
+			case n <= r.EventSeq && !r.skipped(n):
 				return errNoChange // applied already
+			case n <= r.EventSeq:
+				r.Skipped = slices.DeleteFunc(r.Skipped, func(s int) bool { return s == n }) // late, but never lost
 			case n > r.EventSeq+1 && o.waitGap:
 				return errGap
+			default:
+				r.skip(r.EventSeq+1, n)
+				r.EventSeq = n
 			}
-			r.EventSeq = n
 		}
 		r.remember(msgID)
 		if foreign {
@@ -379,6 +392,9 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 		return fmt.Errorf("%w: unknown state", ErrIllegalTransition)
 	}
 	text := st.Message.Text()
+	if to == r.State && r.State.Terminal() {
+		return errNoChange // a terminal record keeps its status message
+	}
 	if to == r.State {
 		if text != "" {
 			r.StatusMessage = text

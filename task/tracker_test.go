@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,12 +264,12 @@ func TestSequencedEventsApplyInOrder(t *testing.T) {
 		id, body string
 		want     error
 	}{
-		{"a1.1", working, nil},
-		{"a1.2", working, nil}, // same state: no change but applied
-		{"a1.4", completed, errGap},
-		{"a1.3", good, nil},
-		{"a1.3", bad, nil}, // duplicate seq: ignored, not validated
-		{"a1.4", completed, nil},
+		{"t5.1", working, nil},
+		{"t5.2", working, nil}, // same state: no change but applied
+		{"t5.4", completed, errGap},
+		{"t5.3", good, nil},
+		{"t5.3", bad, nil}, // duplicate seq: ignored, not validated
+		{"t5.4", completed, nil},
 	} {
 		if err := tr.apply(ctx, subj, ev.id, []byte(ev.body), inOrder); !errors.Is(err, ev.want) {
 			t.Fatalf("event %d (%s): %v, want %v", i, ev.id, err, ev.want)
@@ -276,5 +278,59 @@ func TestSequencedEventsApplyInOrder(t *testing.T) {
 	r := get(t, tr, "t5")
 	if r.State != Completed || r.EventSeq != 4 || len(r.Artifacts) != 1 || r.Artifacts[0].ArtifactID != "ra" {
 		t.Fatalf("state %s seq %d artifacts %+v, want completed 4 [ra]", r.State, r.EventSeq, r.Artifacts)
+	}
+}
+
+// An event applied over a gap (it waited its full patience) records the
+// sequences it passed over; one of those that still comes is applied, not
+// taken for a duplicate.
+func TestSkippedSequenceStillApplies(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t6")
+	ctx := context.Background()
+	subj := "a2a.events.fraud-review.t6"
+	gapDone := applyOpts{sequenced: true} // patience exhausted: no more waiting
+	inOrder := applyOpts{sequenced: true, waitGap: true}
+	if err := tr.apply(ctx, subj, "t6.1", []byte(working), inOrder); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.apply(ctx, subj, "t6.3", []byte(good), gapDone); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(t, tr, "t6"); r.EventSeq != 3 || !slices.Equal(r.Skipped, []int{2}) {
+		t.Fatalf("seq %d skipped %v, want 3 [2]", r.EventSeq, r.Skipped)
+	}
+	asks := `{"statusUpdate":{"taskId":"a1","contextId":"c1","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"q1","role":"ROLE_AGENT","parts":[{"text":"Verified?"}]}}}}`
+	if err := tr.apply(ctx, subj, "t6.2", []byte(asks), inOrder); err != nil {
+		t.Fatal(err)
+	}
+	r := get(t, tr, "t6")
+	if r.State != InputRequired || r.Question != "Verified?" || len(r.Skipped) != 0 {
+		t.Fatalf("state %s question %q skipped %v, want input-required, the question, none", r.State, r.Question, r.Skipped)
+	}
+	if err := tr.apply(ctx, subj, "t6.2", []byte(working), inOrder); err != nil || get(t, tr, "t6").State != InputRequired {
+		t.Fatalf("a repeat of t6.2 changed the task: %v", err)
+	}
+}
+
+// A terminal task keeps its status message: a same-state report after the
+// end changes nothing.
+func TestSameStateReportAfterTerminalChangesNothing(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t7")
+	subj := "a2a.events.fraud-review.t7"
+	for i, body := range []string{working, good, completed} {
+		if err := apply(t, tr, subj, fmt.Sprintf("t7.%d", i+1), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := get(t, tr, "t7")
+	again := `{"statusUpdate":{"taskId":"a1","contextId":"c1","status":{"state":"TASK_STATE_COMPLETED","message":{"messageId":"x","role":"ROLE_AGENT","parts":[{"text":"actually, ignore the result"}]}}}}`
+	if err := apply(t, tr, subj, "t7.4", again); err != nil {
+		t.Fatal(err)
+	}
+	after := get(t, tr, "t7")
+	if after.StatusMessage != before.StatusMessage || after.State != Completed || len(after.History) != len(before.History) {
+		t.Errorf("status message %q -> %q, history %d -> %d", before.StatusMessage, after.StatusMessage, len(before.History), len(after.History))
 	}
 }

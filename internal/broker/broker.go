@@ -5,6 +5,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -312,9 +313,9 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 	if _, err := s.Get(ctx, p, id); err != nil {
 		return nil, err
 	}
-	var wrote string // the answer's messageId, once a write of it was attempted
+	var wrote json.RawMessage // the answer's params, once a write of them was attempted
 	r, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
-		if wrote != "" && r.Outbox != nil && r.Outbox.MessageID == wrote {
+		if wrote != nil && r.Outbox != nil && bytes.Equal(r.Outbox.Params, wrote) {
 			return errSkip // our write landed although its answer was lost
 		}
 		if r.State != task.InputRequired {
@@ -336,7 +337,7 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 		}
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
 			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
-		wrote = msg.MessageID
+		wrote = params
 		return nil
 	})
 	if errors.Is(err, errSkip) {

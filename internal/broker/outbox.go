@@ -100,8 +100,16 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	case out == delivered:
 		return s.settle(bg, r.ID, o, res)
 	case first && o.MessageID == messageID(r, 1) && (out == refused || out == offline):
-		// Nothing reached the agent, or it refused the brief: no task remains.
-		if derr := s.Tasks.Delete(bg, r.ID); derr != nil {
+		// Nothing reached the agent, or it refused the brief: no task remains
+		// (unless it changed meanwhile, say a host canceled it: then it stays).
+		derr := s.Tasks.DeleteIf(bg, r.ID, func(cur *task.Record) bool {
+			return cur.State == task.Submitted && sameOutbox(cur.Outbox, o)
+		})
+		if errors.Is(derr, task.ErrConflict) {
+			got, _, gerr := s.Tasks.Get(bg, r.ID)
+			return got, gerr
+		}
+		if derr != nil && !errors.Is(derr, task.ErrNotFound) {
 			// The record, and its brief, remain: the host gets the task,
 			// which is redelivered like any other, rather than an error
 			// that would make it delegate a second time.
@@ -109,6 +117,20 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			return r, nil
 		}
 		return nil, err
+	case o.Method == a2a.MethodSendMessage && o.MessageID != messageID(r, 1) && out == refused && notWaiting(err):
+		// The agent is not waiting for an answer (it went on, or the
+		// question was stale): the task stays with the agent's state.
+		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
+			if !sameOutbox(r.Outbox, o) {
+				return errSkip
+			}
+			r.Outbox = nil
+			return nil
+		})
+		if _, cerr := orCurrent(got, uerr); cerr != nil {
+			s.Log.Warn("refused answer not recorded", "task", r.ID, "err", cerr)
+		}
+		return nil, fmt.Errorf("%w: the agent is not waiting for an answer: %w", ErrNotInterrupted, err)
 	case o.Method == a2a.MethodSendMessage && o.MessageID != messageID(r, 1) && (out == refused || (first && out == offline)):
 		// The agent did not take the answer: ask the host again.
 		_, _ = s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
@@ -158,6 +180,13 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		return nil
 	})
 	return orCurrent(got, uerr)
+}
+
+// notWaiting reports the agent's answer to a follow-up message when the
+// task is not interrupted (-32004 UnsupportedOperationError, A2A 1.0).
+func notWaiting(err error) bool {
+	var rpcErr *a2a.RPCError
+	return errors.As(err, &rpcErr) && rpcErr.Code == a2a.CodeUnsupportedOperation
 }
 
 // orCurrent turns errSkip (nothing to write) into success.
@@ -339,7 +368,7 @@ type scheduler struct {
 	mu       sync.Mutex
 	h        dueHeap
 	byID     map[string]*dueItem
-	inflight map[string]bool
+	inflight map[string]bool // being acted on; true: fell due again meanwhile
 	wake     chan struct{}
 }
 
@@ -429,10 +458,12 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 		for len(sc.h) > 0 && !sc.h[0].due.After(now) {
 			it := heap.Pop(&sc.h).(*dueItem)
 			delete(sc.byID, it.id)
-			if !sc.inflight[it.id] {
-				sc.inflight[it.id] = true
-				due = append(due, it.id)
+			if _, busy := sc.inflight[it.id]; busy {
+				sc.inflight[it.id] = true // act again once the running action ends
+				continue
 			}
+			sc.inflight[it.id] = false
+			due = append(due, it.id)
 		}
 		next := time.Hour
 		if len(sc.h) > 0 {
@@ -451,8 +482,14 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 				defer func() { <-sem }()
 				again := act(ctx, id)
 				sc.mu.Lock()
+				dueMeanwhile := sc.inflight[id]
 				delete(sc.inflight, id)
 				sc.mu.Unlock()
+				if dueMeanwhile {
+					// A change fell due while the action ran on an older
+					// view: look again now.
+					again = time.Now()
+				}
 				if ctx.Err() == nil {
 					sc.setEarlier(id, again)
 				}

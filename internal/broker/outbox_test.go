@@ -73,3 +73,37 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A task that falls due again while its action runs (a change the action's
+// own read did not see) is acted on once more, not forgotten.
+func TestSchedulerActsAgainWhenDueDuringAction(t *testing.T) {
+	sc := newScheduler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	calls := make(chan int, 4)
+	n := 0
+	go sc.run(ctx, func(_ context.Context, id string) time.Time {
+		n++
+		calls <- n
+		if n == 1 {
+			<-release // the first action is slow
+		}
+		return time.Time{} // its view: nothing more to do
+	})
+	sc.set("x", time.Now())
+	if got := <-calls; got != 1 {
+		t.Fatalf("call %d", got)
+	}
+	sc.set("x", time.Now()) // the watcher saw a change that is due now
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	select {
+	case got := <-calls:
+		if got != 2 {
+			t.Fatalf("call %d, want 2", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the change that fell due during the action was forgotten")
+	}
+}

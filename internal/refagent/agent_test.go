@@ -172,9 +172,10 @@ func (d *daemon) taskCall(method, id string) (*a2a.Task, error) {
 
 // event is one stream item captured by the events stream.
 type event struct {
-	item  *a2a.StreamResponse
-	msgID string
-	hdr   nats.Header
+	item    *a2a.StreamResponse
+	msgID   string
+	hdr     nats.Header
+	subject string
 }
 
 func (e event) String() string {
@@ -218,7 +219,7 @@ func (w *watcher) next(n int) []event {
 		if err != nil {
 			w.t.Fatalf("event %q is not an A2A 1.0 stream item: %v", msg.Data(), err)
 		}
-		out = append(out, event{item: item, msgID: msg.Headers().Get(natsbind.HeaderMsgID), hdr: msg.Headers()})
+		out = append(out, event{item: item, msgID: msg.Headers().Get(natsbind.HeaderMsgID), hdr: msg.Headers(), subject: msg.Subject()})
 	}
 	return out
 }
@@ -243,7 +244,7 @@ func states(evs []event) []string {
 
 // checkEnvelope checks what every event of task must carry: the agent's
 // task and context ids, the version header, and Nats-Msg-Id
-// "<agentTaskId>.<seq>" numbered from first.
+// "<a2adTaskId>.<seq>" (a2ad's task id, from the subject) numbered from first.
 func checkEnvelope(t *testing.T, evs []event, task *a2a.Task, first int) {
 	t.Helper()
 	for i, e := range evs {
@@ -260,7 +261,11 @@ func checkEnvelope(t *testing.T, evs []event, task *a2a.Task, first int) {
 		if taskID != task.ID || contextID != task.ContextID {
 			t.Errorf("event %d names task %q context %q, want %q %q", i, taskID, contextID, task.ID, task.ContextID)
 		}
-		if want := fmt.Sprintf("%s.%d", task.ID, first+i); e.msgID != want {
+		_, a2adTaskID, err := natsbind.ParseEventsSubject(e.subject)
+		if err != nil {
+			t.Errorf("event %d on subject %q: %v", i, e.subject, err)
+		}
+		if want := fmt.Sprintf("%s.%d", a2adTaskID, first+i); e.msgID != want {
 			t.Errorf("event %d Nats-Msg-Id = %q, want %q", i, e.msgID, want)
 		}
 		if v := e.hdr.Get(natsbind.HeaderA2AVersion); v != a2a.Version {

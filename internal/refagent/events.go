@@ -168,7 +168,7 @@ func (s *eventStream) artifact(art a2a.Artifact) bool {
 // publish sends one stream item to the task's events subject with
 // JetStream acknowledgement, retrying with backoff until acknowledged; it
 // gives up (false) only when the task is canceled or the agent stops. The
-// Nats-Msg-Id "<agentTaskId>.<seq>" is the same on every retry, so the
+// Nats-Msg-Id "<a2adTaskId>.<seq>" is the same on every retry, so the
 // stream deduplicates a publish whose ack was lost.
 func (s *eventStream) publish(item a2a.StreamResponse) bool {
 	s.seq++
@@ -177,7 +177,7 @@ func (s *eventStream) publish(item a2a.StreamResponse) bool {
 		s.a.log.Error("event not encodable", "task", s.t.id, "err", err)
 		return false
 	}
-	msgID := fmt.Sprintf("%s.%d", s.t.id, s.seq)
+	msgID := fmt.Sprintf("%s.%d", s.t.a2adTaskID, s.seq)
 	ctx := s.t.ctx
 	wait := publishBackoffMin
 	for attempt := 1; ; attempt++ {
