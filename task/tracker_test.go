@@ -334,3 +334,24 @@ func TestSameStateReportAfterTerminalChangesNothing(t *testing.T) {
 		t.Errorf("status message %q -> %q, history %d -> %d", before.StatusMessage, after.StatusMessage, len(before.History), len(after.History))
 	}
 }
+
+func TestDeleteIfOnlyWhilePredicateHolds(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t8")
+	ctx := context.Background()
+	if err := tr.Store.DeleteIf(ctx, "t8", func(r *Record) bool { return r.State == Canceled }); !errors.Is(err, ErrConflict) {
+		t.Fatalf("DeleteIf with a false predicate = %v, want ErrConflict", err)
+	}
+	if r := get(t, tr, "t8"); r.State != Submitted {
+		t.Fatalf("record changed: %s", r.State)
+	}
+	if err := tr.Store.DeleteIf(ctx, "t8", func(r *Record) bool { return r.State == Submitted }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tr.Store.Get(ctx, "t8"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after DeleteIf: %v, want ErrNotFound", err)
+	}
+	if err := tr.Store.DeleteIf(ctx, "t8", func(*Record) bool { return true }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("DeleteIf of a deleted record = %v, want ErrNotFound", err)
+	}
+}

@@ -33,6 +33,7 @@ type stack struct {
 	d       *daemon.Daemon
 	agent   *refagent.Agent
 	session *mcp.ClientSession
+	nc      *nats.Conn // the agent's connection
 
 	mu       sync.Mutex
 	progress []string
@@ -62,6 +63,7 @@ func start(t testing.TB, misbehave map[string]string) *stack {
 	t.Cleanup(d.Stop)
 	s := &stack{d: d}
 	nc := natstest.Connect(t, ns)
+	s.nc = nc
 	s.agent, err = refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -479,6 +481,34 @@ func TestReplayedEventChangesNothing(t *testing.T) {
 	}
 	if last := after.History[len(after.History)-1]; !last.Refused || last.Event != "artifact" {
 		t.Errorf("last history entry %+v, want the refused late artifact", last)
+	}
+}
+
+// An answer the agent refuses because it is no longer waiting (-32004) does
+// not put the task back to input-required (where the agent's completion
+// would be refused): the host hears task_not_interrupted and the task stays
+// with the agent.
+func TestAnswerToAnAgentNoLongerWaiting(t *testing.T) {
+	s := start(t, nil)
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-42", 90000)), nil)
+	if errText != "" || got.State != "input-required" {
+		t.Fatalf("delegate: %s %+v", errText, got)
+	}
+	rec, _, err := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's task ends behind a2ad's back (CancelTask straight to it).
+	if _, err := natsbind.NewClient(s.nc).Call(context.Background(), "fraud-review", "CancelTask", map[string]string{"id": rec.AgentTaskID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, errText = s.call(t, "task_respond", map[string]any{"task_id": got.TaskID, "answer": "yes", "wait_seconds": 0}, nil)
+	if !strings.HasPrefix(errText, "task_not_interrupted:") || !strings.Contains(errText, "not waiting for an answer") {
+		t.Fatalf("task_respond: %q, want task_not_interrupted (agent not waiting)", errText)
+	}
+	after, _, _ := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if after.State != task.Working || after.Outbox != nil {
+		t.Errorf("state %s outbox %+v, want working with no outbox", after.State, after.Outbox)
 	}
 }
 
