@@ -120,6 +120,10 @@ type Outbound struct {
 	NotBefore time.Time `json:"not_before"`
 	// LastError is why the last attempt did not complete.
 	LastError string `json:"last_error,omitempty"`
+	// CancelOnReply marks a brief of a task canceled before the agent's
+	// task id was known: it is redelivered only to learn that id, and
+	// CancelTask follows the agent's answer.
+	CancelOnReply bool `json:"cancel_on_reply,omitempty"`
 }
 
 // Clone returns a copy that shares no slice or outbox with r, so the copy

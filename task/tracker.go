@@ -332,7 +332,7 @@ func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, n
 func (r *Record) learnIDs(agentTaskID, contextID string, now time.Time) {
 	if r.AgentTaskID == "" && agentTaskID != "" {
 		r.AgentTaskID = agentTaskID
-		if r.State == Canceled && r.Outbox == nil {
+		if r.State == Canceled && (r.Outbox == nil || r.Outbox.CancelOnReply) {
 			params, _ := json.Marshal(a2a.CancelTaskRequest{ID: agentTaskID})
 			r.Outbox = &Outbound{Method: a2a.MethodCancelTask, Params: params, NotBefore: now}
 		}

@@ -384,19 +384,27 @@ func (s *Service) cancel(ctx context.Context, id, source, reason string) (*task.
 			return err
 		}
 		moved = true
-		r.Outbox = nil // an undelivered brief or answer is moot now
-		if r.AgentTaskID != "" {
+		switch {
+		case r.AgentTaskID != "":
 			r.Outbox = cancelOutbox(r, now)
+		case r.Outbox != nil && r.Outbox.MessageID == task.BriefMessageID(r.ID):
+			// The agent may have the brief without a2ad knowing its task
+			// id (the reply was lost): the brief goes out once more, with
+			// the same messageId, to learn it, and CancelTask follows. An
+			// agent that has it starts nothing new.
+			r.Outbox.CancelOnReply = true
+		default:
+			r.Outbox = nil // an undelivered answer is moot now
 		}
 		return nil
 	})
 	if err != nil || !moved {
 		return orCurrent(r, err)
 	}
-	if r.Outbox != nil {
+	if r.Outbox != nil && r.Outbox.Method == a2a.MethodCancelTask {
 		return s.deliver(ctx, r, true)
 	}
-	return r, nil
+	return r, nil // a brief to learn the agent's id from goes out with the scheduler
 }
 
 // EvidenceError means the evidence does not satisfy the skill's evidence

@@ -146,10 +146,13 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	case o.Method == a2a.MethodSendMessage && (out == refused || (!first && out == garbled)):
 		// A redelivered brief the agent refuses can never run.
 		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
-			if !sameOutbox(r.Outbox, o) || r.State.Terminal() {
+			if !sameOutbox(r.Outbox, o) {
 				return errSkip
 			}
 			r.Outbox = nil
+			if r.State.Terminal() {
+				return nil // it was sent only to learn the id of a task to cancel
+			}
 			return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, "delivery_refused: "+truncate(err.Error(), 200), "")
 		})
 		return orCurrent(got, uerr)
@@ -290,7 +293,7 @@ func (s *Service) redeliver(ctx context.Context, id string) {
 		if r.Outbox == nil || now.Before(r.Outbox.NotBefore) {
 			return errSkip
 		}
-		if r.Outbox.Method == a2a.MethodSendMessage && r.State.Terminal() {
+		if r.Outbox.Method == a2a.MethodSendMessage && r.State.Terminal() && (!r.Outbox.CancelOnReply || r.Outbox.Attempts > MaxCancelAttempts) {
 			r.Outbox = nil // the task ended: nothing to deliver any more
 			return nil
 		}
