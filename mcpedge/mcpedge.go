@@ -8,10 +8,12 @@
 package mcpedge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -30,17 +32,32 @@ var Implementation = &mcp.Implementation{Name: "a2ad", Title: "a2ad delegation b
 
 // Edge is the MCP server over a broker.Service.
 type Edge struct {
-	svc *broker.Service
-	log *slog.Logger
-	// principal resolves the caller of a request.
-	principal func(*mcp.CallToolRequest) broker.Principal
+	svc   *broker.Service
+	log   *slog.Logger
+	stdio *broker.Principal
 }
 
-// NewServer returns an MCP server with a2ad's tools. principal gives the
-// caller of each request (for stdio and this release's HTTP edge: the
-// configured principal).
-func NewServer(svc *broker.Service, log *slog.Logger, principal func(*mcp.CallToolRequest) broker.Principal) *mcp.Server {
-	e := &Edge{svc: svc, log: log, principal: principal}
+// principalOf is the caller of a request: the verified token's subject,
+// tenant and scopes on HTTP (ProtectMCP), the configured principal on
+// stdio. A request with neither has no scopes, so every tool refuses it.
+func (e *Edge) principalOf(extra *mcp.RequestExtra) broker.Principal {
+	if extra != nil && extra.TokenInfo != nil {
+		p, _ := PrincipalOf(extra.TokenInfo)
+		return p
+	}
+	if e.stdio != nil {
+		return *e.stdio
+	}
+	return broker.Principal{}
+}
+
+func (e *Edge) principal(req *mcp.CallToolRequest) broker.Principal { return e.principalOf(req.Extra) }
+
+// NewServer returns an MCP server with a2ad's tools. stdio is the principal
+// of a stdio session (from configuration); nil for a server that serves only
+// HTTP, whose callers are the principals of their verified tokens.
+func NewServer(svc *broker.Service, log *slog.Logger, stdio *broker.Principal) *mcp.Server {
+	e := &Edge{svc: svc, log: log, stdio: stdio}
 	s := mcp.NewServer(Implementation, &mcp.ServerOptions{
 		Instructions: "a2ad delegates bounded work to remote A2A agents. Call agents_list, then delegate with an objective, " +
 			"evidence and an output_schema; follow the task with task_get, answer questions with task_respond. " +
@@ -81,16 +98,41 @@ func NewServer(svc *broker.Service, log *slog.Logger, principal func(*mcp.CallTo
 		Description: "Cancels a delegated task: the agent is sent CancelTask and the task ends canceled (even if the agent does not answer). Cancelling a task that already ended is an error (task_ended) and changes nothing.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)},
 	}, e.taskCancel)
+	s.AddReceivingMiddleware(scopeFilter(e.principalOf))
 	return s
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// HTTPHandler serves the MCP server over Streamable HTTP.
+// HTTPHandler serves the MCP server over Streamable HTTP in both protocol
+// eras on one endpoint. The go-sdk offers 2026-07-28 (stateless: server/
+// discover, per-request _meta) only from a stateless handler, while
+// 2025-11-25 needs sessions: a request that is `initialize` or carries an
+// Mcp-Session-Id (and any GET or DELETE, which only sessions use) goes to
+// a stateful handler, every other request to a stateless one.
 func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
-		Logger:         log,
-		SessionTimeout: 30 * time.Minute,
+	get := func(*http.Request) *mcp.Server { return s }
+	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: 30 * time.Minute})
+	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Session-Id") != "" || r.Method != http.MethodPost {
+			stateful.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		var m struct {
+			Method string `json:"method"`
+		}
+		if json.Unmarshal(body, &m) == nil && m.Method == "initialize" {
+			stateful.ServeHTTP(w, r)
+			return
+		}
+		stateless.ServeHTTP(w, r)
 	})
 }
 

@@ -30,7 +30,7 @@ func TestClusterSurvivesNodeLoss(t *testing.T) {
 	for range 2 {
 		d := startDaemon(t, nil, "--config", cfg, "--nats-url", c.URLs(), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0")
 		ds = append(ds, d)
-		hs = append(hs, connectHost(t, d.HTTP))
+		hs = append(hs, connectHost(t, d))
 	}
 	type job struct{ id, caseID string }
 	var jobs []job
@@ -71,7 +71,7 @@ func TestClusterSurvivesNodeLoss(t *testing.T) {
 	}
 	for i, j := range jobs {
 		got := hs[(i+1)%2].waitFinal(j.id, 60*time.Second)
-		checkCompleted(t, got, getRecord(t, ds[i%2].HTTP, j.id), j.caseID, smallCaseHistory)
+		checkCompleted(t, got, getRecord(t, ds[i%2], j.id), j.caseID, smallCaseHistory)
 	}
 	if n := agent.Stats().BriefsReceived; n != len(jobs) {
 		t.Errorf("agent received %d briefs, want %d", n, len(jobs))

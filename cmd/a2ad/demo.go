@@ -116,8 +116,14 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	}
 	fmt.Fprintln(out, "reference agent fraud-review registered its card and is approved (trust on first use)")
 
+	// The host's token, as an identity provider would issue it; here minted
+	// with the demo data directory's development key.
+	token, err := mcpedge.MintDevToken(dir, d.Auth.Audience(), "demo-host", "default", mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate, 10*time.Minute)
+	if err != nil {
+		return err
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "a2ad-demo-host", Version: "1.0"}, nil)
-	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp"}, nil)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp", HTTPClient: mcpedge.BearerClient(token)}, nil)
 	if err != nil {
 		return fmt.Errorf("MCP connect: %w", err)
 	}

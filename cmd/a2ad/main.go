@@ -2,7 +2,8 @@
 //
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
 //	a2ad demo
-//	a2ad tasks list|get ID [--server URL] [--json]
+//	a2ad tasks list|get ID [--server URL] [--json] [--token T | --data-dir D]
+//	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
 //
 // This file only parses flags and wires packages.
 package main
@@ -34,7 +35,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(), newDemo(), newTasks())
+	root.AddCommand(newServe(), newDemo(), newTasks(), newToken())
 	return root
 }
 

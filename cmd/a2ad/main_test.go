@@ -21,6 +21,7 @@ import (
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 )
@@ -220,9 +221,16 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	cmd, natsURL, httpURL := serveHTTP(t, dataDir)
 	startAgent(t, natsURL)
 
+	// The host's token, minted by the CLI with the data directory's key.
+	tokOut, err := exec.Command(bin, "token", "mint", "--data-dir", dataDir, "--sub", "http-host", "--tenant", "default",
+		"--scope", "a2a:read a2a:delegate", "--ttl", "10m").Output()
+	if err != nil {
+		t.Fatalf("token mint: %v", err)
+	}
 	ctx := context.Background()
 	client := mcp.NewClient(&mcp.Implementation{Name: "http-host", Version: "1"}, nil)
-	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: httpURL + "/mcp"}, nil)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: httpURL + "/mcp",
+		HTTPClient: mcpedge.BearerClient(strings.TrimSpace(string(tokOut)))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +254,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(bin, append(args, "--server", httpURL)...).CombinedOutput()
+		out, err := exec.Command(bin, append(args, "--server", httpURL, "--data-dir", dataDir)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("a2ad %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -272,7 +280,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(run("tasks", "get", taskID, "--json")), &rec); err != nil || rec.TaskID != taskID || rec.State != "completed" || len(rec.History) != 3 {
 		t.Errorf("tasks get --json: %+v %v", rec, err)
 	}
-	out, err := exec.Command(bin, "tasks", "get", "tsk-nope", "--server", httpURL).CombinedOutput()
+	out, err := exec.Command(bin, "tasks", "get", "tsk-nope", "--server", httpURL, "--data-dir", dataDir).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "task_not_found") {
 		t.Errorf("unknown task: %v %s", err, out)
 	}
@@ -284,7 +292,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	}
 	cmd2, _, httpURL2 := serveHTTP(t, dataDir)
 	defer func() { _ = cmd2.Process.Signal(syscall.SIGTERM) }()
-	out2, err := exec.Command(bin, "tasks", "get", taskID, "--server", httpURL2).CombinedOutput()
+	out2, err := exec.Command(bin, "tasks", "get", taskID, "--server", httpURL2, "--data-dir", dataDir).CombinedOutput()
 	if err != nil || !strings.Contains(string(out2), "State:     completed") {
 		t.Errorf("after restart: %v\n%s", err, out2)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 func newTasks() *cobra.Command {
-	var server string
+	var server, token, dataDir string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "tasks",
@@ -24,6 +24,8 @@ func newTasks() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&server, "server", envOr("A2AD_SERVER", "http://127.0.0.1:8080"), "a2ad HTTP base URL (env A2AD_SERVER)")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every task: id, state, agent, age",
@@ -32,7 +34,7 @@ func newTasks() *cobra.Command {
 			var out struct {
 				Tasks []task.Record `json:"tasks"`
 			}
-			raw, err := getJSON(server, "/v1/tasks", &out)
+			raw, err := getJSON(server, token, dataDir, "/v1/tasks", &out)
 			if err != nil {
 				return err
 			}
@@ -49,7 +51,7 @@ func newTasks() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rec task.Record
-			raw, err := getJSON(server, "/v1/tasks/"+url.PathEscape(args[0]), &rec)
+			raw, err := getJSON(server, token, dataDir, "/v1/tasks/"+url.PathEscape(args[0]), &rec)
 			if err != nil {
 				return err
 			}
@@ -73,9 +75,18 @@ func envOr(k, def string) string {
 
 // getJSON fetches path from the admin API and decodes it into v; it returns
 // the raw body for --json.
-func getJSON(server, path string, v any) ([]byte, error) {
+func getJSON(server, token, dataDir, path string, v any) ([]byte, error) {
+	tok, err := adminToken(token, dataDir)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(server, "/")+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(strings.TrimRight(server, "/") + path)
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/mcpedge"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -37,11 +38,14 @@ type Config struct {
 	SchemasDir string `yaml:"schemas_dir"`
 	// Agents names the agents hosts may delegate to, their tenants and trust.
 	Agents []AgentConfig `yaml:"agents"`
-	// Principal is the caller of stdio sessions (and, until token
-	// verification lands, of HTTP requests).
+	// Principal is the caller of stdio sessions (HTTP callers are the
+	// principals of their verified tokens).
 	Principal PrincipalConfig `yaml:"principal"`
 	// MaxDeadlineSeconds is the longest budget a host may ask for (default 86400).
 	MaxDeadlineSeconds int `yaml:"max_deadline_seconds"`
+	// Auth configures the verification of hosts' bearer tokens on HTTP
+	// (every HTTP caller needs one). Empty: the development key in DataDir.
+	Auth mcpedge.AuthConfig `yaml:"auth"`
 }
 
 // AgentConfig configures one agent.

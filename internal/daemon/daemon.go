@@ -40,6 +40,8 @@ type Daemon struct {
 	NATSURL string
 	// HTTPURL is the base URL of the HTTP listener ("" in stdio mode).
 	HTTPURL string
+	// Auth verifies hosts' tokens on HTTP (nil in stdio mode).
+	Auth *mcpedge.Authenticator
 
 	log    *slog.Logger
 	ns     *server.Server
@@ -148,17 +150,35 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
 	}
-	principal := broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
-	d.MCP = mcpedge.NewServer(d.Service, log, func(*mcp.CallToolRequest) broker.Principal { return principal })
+	var stdioPrincipal *broker.Principal
+	if !serveHTTP {
+		stdioPrincipal = &broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
+	}
+	d.MCP = mcpedge.NewServer(d.Service, log, stdioPrincipal)
 	if serveHTTP {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		d.HTTPURL = "http://" + ln.Addr().String()
+		d.Auth, err = mcpedge.NewAuthenticator(cfg.Auth, cfg.DataDir, d.HTTPURL)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		if d.Auth.Development() {
+			// `a2ad token mint` signs for this audience by default.
+			if err := os.WriteFile(filepath.Join(cfg.DataDir, "auth", "audience"), []byte(d.Auth.Audience()+"\n"), 0o600); err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("data dir: %w", err)
+			}
+			log.Info("host tokens are verified with the development key; mint one with `a2ad token mint`", "key", mcpedge.DevKeyPath(cfg.DataDir), "audience", d.Auth.Audience())
+		}
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", mcpedge.HTTPHandler(d.MCP, log))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), admin.Handler(d.Service)))
+		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service))))
+		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
+		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

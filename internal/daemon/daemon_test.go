@@ -34,6 +34,7 @@ type stack struct {
 	agent   *refagent.Agent
 	session *mcp.ClientSession
 	nc      *nats.Conn // the agent's connection
+	dataDir string
 
 	mu       sync.Mutex
 	progress []string
@@ -43,6 +44,30 @@ type stack struct {
 // --nats-url), the reference agent, and a go-sdk MCP client over HTTP.
 func start(t testing.TB, misbehave map[string]string) *stack {
 	t.Helper()
+	s := startWithAuth(t, misbehave, mcpedge.AuthConfig{})
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			s.mu.Lock()
+			s.progress = append(s.progress, r.Params.Message)
+			s.mu.Unlock()
+		},
+	})
+	token, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "test-host", "default", "a2a:read a2a:delegate", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.session, err = client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.d.HTTPURL + "/mcp", HTTPClient: mcpedge.BearerClient(token)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.session.Close() })
+	return s
+}
+
+// startWithAuth runs the daemon with auth and the reference agent, without
+// an MCP session.
+func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthConfig) *stack {
+	t.Helper()
 	ns, _, _ := natstest.Start(t)
 	var logTo io.Writer = io.Discard
 	if os.Getenv("A2AD_TEST_LOG") != "" { // debugging aid: daemon and agent logs on stderr
@@ -50,8 +75,9 @@ func start(t testing.TB, misbehave map[string]string) *stack {
 	}
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
+	dataDir := t.TempDir()
 	d, err := daemon.Start(ctx, daemon.Config{
-		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0",
+		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0", DataDir: dataDir, Auth: auth,
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default", "acme"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
@@ -76,18 +102,7 @@ func start(t testing.TB, misbehave map[string]string) *stack {
 		r, err := d.Service.Agents.Get(ctx, "fraud-review")
 		return err == nil && r.Delegable
 	})
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			s.mu.Lock()
-			s.progress = append(s.progress, r.Params.Message)
-			s.mu.Unlock()
-		},
-	})
-	s.session, err = client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.session.Close() })
+	s.dataDir = dataDir
 	return s
 }
 
@@ -540,10 +555,14 @@ func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
 
 func TestAdminAPIRefusesForeignHostOnLoopback(t *testing.T) {
 	s := start(t, nil)
+	admin, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "ops", "default", mcpedge.ScopeAdmin, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for host, want := range map[string]int{"attacker.example:8080": 403, "localhost:8080": 200, "127.0.0.1": 200} {
 		req, _ := http.NewRequest("GET", s.d.HTTPURL+"/v1/tasks", nil)
 		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := mcpedge.BearerClient(admin).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/spf13/cobra"
+)
+
+// defaultAudience is the audience a development token names when the data
+// directory does not say which one its daemon verifies.
+const defaultAudience = "http://127.0.0.1:8080/mcp"
+
+// devAudience is the audience the daemon on dataDir verifies (written there
+// at start when it uses the development key), else defaultAudience.
+func devAudience(dataDir string) string {
+	if b, err := os.ReadFile(filepath.Join(dataDir, "auth", "audience")); err == nil {
+		if a := string(bytes.TrimSpace(b)); a != "" {
+			return a
+		}
+	}
+	return defaultAudience
+}
+
+func newToken() *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Development tokens for hosts and operators"}
+	var dataDir, sub, tenant, scope, audience string
+	var ttl time.Duration
+	mint := &cobra.Command{
+		Use:   "mint",
+		Short: "Print a development JWT signed with the data directory's key",
+		Long: "Prints a JWT (EdDSA) signed with the development key in the data directory (generated if absent),\n" +
+			"for a daemon that has no other key source configured. Send it as `Authorization: Bearer <token>`.\n" +
+			"Scopes: a2a:read (agents_list, task_get), a2a:delegate (delegate, task_respond, task_cancel), a2a:admin (/v1/).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if audience == "" {
+				audience = devAudience(dataDir)
+			}
+			tok, err := mcpedge.MintDevToken(dataDir, audience, sub, tenant, scope, ttl)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return err
+		},
+	}
+	f := mint.Flags()
+	f.StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory holding the development key")
+	f.StringVar(&sub, "sub", "", "subject (sub claim): who the host is (required)")
+	f.StringVar(&tenant, "tenant", "default", "tenant claim")
+	f.StringVar(&scope, "scope", "a2a:read a2a:delegate", "space-separated scopes")
+	f.StringVar(&audience, "audience", "", "aud claim (default: what the daemon on --data-dir verifies, else "+defaultAudience+")")
+	f.DurationVar(&ttl, "ttl", time.Hour, "lifetime (exp = now + ttl), at most 720h")
+	cmd.AddCommand(mint)
+	return cmd
+}
+
+// adminToken is the bearer token `a2ad tasks` sends: --token or A2AD_TOKEN,
+// else a 5-minute a2a:admin token minted with the development key of
+// dataDir when it has one (an operator on the daemon's host).
+func adminToken(token, dataDir string) (string, error) {
+	if token != "" {
+		return token, nil
+	}
+	if _, err := os.Stat(mcpedge.DevKeyPath(dataDir)); err != nil {
+		return "", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key")
+	}
+	return mcpedge.MintDevToken(dataDir, devAudience(dataDir), "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
+}

@@ -1,0 +1,327 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const (
+	testIssuer   = "https://idp.example.com"
+	testAudience = "https://a2ad.example.com/mcp"
+)
+
+// idp is an identity provider for the tests: an ES256 key pair whose public
+// half a2ad is configured with (public_key_file).
+type idp struct {
+	key    *ecdsa.PrivateKey
+	pubPEM []byte
+	s      *stack
+}
+
+func startIDP(t *testing.T) *idp {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	path := filepath.Join(t.TempDir(), "idp.pem")
+	if err := os.WriteFile(path, pubPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startWithAuth(t, nil, mcpedge.AuthConfig{Issuer: testIssuer, Audience: testAudience, PublicKeyFile: path})
+	return &idp{key: key, pubPEM: pubPEM, s: s}
+}
+
+// claims are a valid token's claims; tests change one thing each.
+func claims(sub, tenant, scope string) jwt.MapClaims {
+	now := time.Now()
+	return jwt.MapClaims{"iss": testIssuer, "aud": testAudience, "sub": sub, "tenant": tenant, "scope": scope,
+		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+}
+
+func (p *idp) sign(t *testing.T, c jwt.MapClaims) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodES256, c).SignedString(p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+// post sends one JSON-RPC body to /mcp with an optional bearer token.
+func (p *idp) post(t *testing.T, token, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, p.s.d.HTTPURL+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// Every refusal on /mcp, with the exact status and RFC 6750 challenge.
+func TestBearerTokensAreVerified(t *testing.T) {
+	p := startIDP(t)
+	meta := `resource_metadata="` + p.s.d.HTTPURL + `/.well-known/oauth-protected-resource"`
+	invalid := func(desc string) string {
+		return `Bearer ` + meta + `, error="invalid_token", error_description="` + desc + `"`
+	}
+	expired := claims("h", "default", "a2a:read")
+	expired["exp"] = time.Now().Add(-time.Hour).Unix()
+	expired["iat"] = time.Now().Add(-2 * time.Hour).Unix()
+	noExp := claims("h", "default", "a2a:read")
+	delete(noExp, "exp")
+	wrongAud := claims("h", "default", "a2a:read")
+	wrongAud["aud"] = "https://other.example.com/mcp"
+	wrongIss := claims("h", "default", "a2a:read")
+	wrongIss["iss"] = "https://evil.example.com"
+	noTenant := claims("h", "default", "a2a:read")
+	delete(noTenant, "tenant")
+	algNone, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims("h", "default", "a2a:read")).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	hsWithPublicKey, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("h", "default", "a2a:read")).SignedString(p.pubPEM)
+	otherKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	foreignKey, _ := jwt.NewWithClaims(jwt.SigningMethodES256, claims("h", "default", "a2a:read")).SignedString(otherKey)
+
+	for _, c := range []struct {
+		name, header string
+		status       int
+		challenge    string
+	}{
+		{"no token", "", 401, `Bearer ` + meta},
+		{"not a bearer scheme", "Basic dXNlcjpwYXNz", 401, `Bearer ` + meta},
+		{"garbage", "Bearer not.a.jwt", 401, invalid("malformed")},
+		{"expired", "Bearer " + p.sign(t, expired), 401, invalid("expired")},
+		{"no exp", "Bearer " + p.sign(t, noExp), 401, invalid("a required claim is missing")},
+		{"wrong audience", "Bearer " + p.sign(t, wrongAud), 401, invalid("minted for another audience")},
+		{"wrong issuer", "Bearer " + p.sign(t, wrongIss), 401, invalid("wrong issuer")},
+		{"alg none", "Bearer " + algNone, 401, invalid("bad signature or algorithm not allowed")},
+		{"HS256 signed with the public key", "Bearer " + hsWithPublicKey, 401, invalid("bad signature or algorithm not allowed")},
+		{"another key", "Bearer " + foreignKey, 401, invalid("bad signature or algorithm not allowed")},
+		{"no tenant", "Bearer " + p.sign(t, noTenant), 401, invalid("no tenant claim")},
+		{"no a2a:read", "Bearer " + p.sign(t, claims("h", "default", "a2a:delegate")), 403,
+			`Bearer ` + meta + `, error="insufficient_scope", error_description="this request needs scope a2a:read", scope="a2a:read"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, p.s.d.HTTPURL+"/mcp", strings.NewReader(initialize))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if c.header != "" {
+				req.Header.Set("Authorization", c.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || resp.Header.Get("WWW-Authenticate") != c.challenge {
+				t.Errorf("status %d, WWW-Authenticate %q\nwant %d, %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), c.status, c.challenge)
+			}
+			if strings.Contains(string(body), strings.TrimPrefix(c.header, "Bearer ")) && c.header != "" && len(c.header) > 20 {
+				t.Errorf("the response echoes the token: %s", body)
+			}
+		})
+	}
+	// A valid token is accepted.
+	if resp, body := p.post(t, p.sign(t, claims("h", "default", "a2a:read")), initialize); resp.StatusCode != 200 || !strings.Contains(body, `"protocolVersion"`) {
+		t.Errorf("valid token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// connect opens an MCP session with token.
+func (p *idp) connect(t *testing.T, token string) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+		HTTPClient: mcpedge.BearerClient(token)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// Scopes decide which tools a principal sees and may call; a call beyond
+// them is an HTTP 403 naming the scope (MCP step-up authorization).
+func TestScopesPerTool(t *testing.T) {
+	p := startIDP(t)
+	reader := p.sign(t, claims("reader", "default", "a2a:read"))
+	cs := p.connect(t, reader)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"agents_list", "task_get"}) {
+		t.Errorf("a2a:read sees %v, want [agents_list task_get]", names)
+	}
+	all := p.connect(t, p.sign(t, claims("both", "default", "a2a:read a2a:delegate")))
+	if res, err := all.ListTools(context.Background(), nil); err != nil || len(res.Tools) != 5 {
+		t.Errorf("a2a:read a2a:delegate sees %d tools (%v), want 5", len(res.Tools), err)
+	}
+
+	// A direct tools/call of delegate with a read-only token: HTTP 403.
+	resp, _ := p.post(t, reader, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"delegate","arguments":{}}}`)
+	want := `Bearer resource_metadata="` + p.s.d.HTTPURL + `/.well-known/oauth-protected-resource", error="insufficient_scope", error_description="tool delegate needs scope a2a:delegate", scope="a2a:delegate"`
+	if resp.StatusCode != 403 || resp.Header.Get("WWW-Authenticate") != want {
+		t.Errorf("delegate with a2a:read: %d %q\nwant 403 %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), want)
+	}
+
+	// The admin API needs a2a:admin.
+	req, _ := http.NewRequest(http.MethodGet, p.s.d.HTTPURL+"/v1/tasks", nil)
+	req.Header.Set("Authorization", "Bearer "+reader)
+	aresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aresp.Body.Close()
+	if aresp.StatusCode != 403 || !strings.Contains(aresp.Header.Get("WWW-Authenticate"), `scope="a2a:admin"`) {
+		t.Errorf("admin API with a2a:read: %d %q", aresp.StatusCode, aresp.Header.Get("WWW-Authenticate"))
+	}
+	req.Header.Set("Authorization", "Bearer "+p.sign(t, claims("ops", "default", "a2a:admin")))
+	if aresp, err = http.DefaultClient.Do(req); err != nil || aresp.StatusCode != 200 {
+		t.Errorf("admin API with a2a:admin: %v %v", aresp.Status, err)
+	}
+	aresp.Body.Close()
+}
+
+// A task belongs to its tenant: another tenant gets exactly the answer a
+// task that does not exist gets; agents_list shows each tenant its agents.
+func TestTenantsAreIsolated(t *testing.T) {
+	p := startIDP(t)
+	ctx := context.Background()
+	def := p.connect(t, p.sign(t, claims("alice", "default", "a2a:read a2a:delegate")))
+	acme := p.connect(t, p.sign(t, claims("bob", "acme", "a2a:read a2a:delegate")))
+	other := p.connect(t, p.sign(t, claims("carol", "nobody", "a2a:read a2a:delegate")))
+
+	res, err := def.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-77", 10))})
+	if err != nil || res.IsError {
+		t.Fatalf("delegate: %v %+v", err, res)
+	}
+	id := res.StructuredContent.(map[string]any)["task_id"].(string)
+	rec, _, err := p.s.d.Service.Tasks.Get(ctx, id)
+	if err != nil || rec.Tenant != "default" || rec.Subject != "alice" {
+		t.Fatalf("record tenant %q subject %q (%v), want default alice", rec.Tenant, rec.Subject, err)
+	}
+	text := func(cs *mcp.ClientSession, taskID string) string {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": taskID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.IsError {
+			b, _ := json.Marshal(r.StructuredContent)
+			return "ok " + string(b)
+		}
+		return r.Content[0].(*mcp.TextContent).Text
+	}
+	foreign, missing := text(acme, id), text(acme, "tsk-000000000000000000000000")
+	if !strings.HasPrefix(foreign, "task_not_found:") || strings.ReplaceAll(foreign, id, "X") != strings.ReplaceAll(missing, "tsk-000000000000000000000000", "X") {
+		t.Errorf("another tenant's task: %q; a missing task: %q (must read alike)", foreign, missing)
+	}
+	if got := text(def, id); !strings.HasPrefix(got, "ok ") {
+		t.Errorf("own task: %q", got)
+	}
+	agents := func(cs *mcp.ClientSession) int {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
+		if err != nil || r.IsError {
+			t.Fatalf("agents_list: %v %+v", err, r)
+		}
+		list, _ := r.StructuredContent.(map[string]any)["agents"].([]any)
+		return len(list)
+	}
+	if a, b, c := agents(def), agents(acme), agents(other); a != 1 || b != 1 || c != 0 {
+		t.Errorf("agents seen by default/acme/nobody = %d/%d/%d, want 1/1/0", a, b, c)
+	}
+}
+
+// The protected resource metadata (RFC 9728) names the resource, the
+// scopes and the header method; unauthenticated.
+func TestProtectedResourceMetadata(t *testing.T) {
+	p := startIDP(t)
+	for _, path := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
+		resp, err := http.Get(p.s.d.HTTPURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m struct {
+			Resource             string   `json:"resource"`
+			AuthorizationServers []string `json:"authorization_servers"`
+			Scopes               []string `json:"scopes_supported"`
+			Methods              []string `json:"bearer_methods_supported"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || m.Resource != testAudience || !slices.Equal(m.AuthorizationServers, []string{testIssuer}) ||
+			!slices.Equal(m.Scopes, []string{"a2a:read", "a2a:delegate", "a2a:admin"}) || !slices.Equal(m.Methods, []string{"header"}) {
+			t.Errorf("%s: %d %+v", path, resp.StatusCode, m)
+		}
+	}
+}
+
+// Both MCP eras on one /mcp: 2026-07-28 (stateless, server/discover) and
+// 2025-11-25 (initialize, a session), each listing the tools and running a
+// delegation to completion.
+func TestBothProtocolEras(t *testing.T) {
+	p := startIDP(t)
+	token := p.sign(t, claims("host", "default", "a2a:read a2a:delegate"))
+	for _, era := range []string{"2026-07-28", "2025-11-25"} {
+		t.Run(era, func(t *testing.T) {
+			client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+			cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+				HTTPClient: mcpedge.BearerClient(token)}, &mcp.ClientSessionOptions{ProtocolVersion: era})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != era {
+				t.Fatalf("negotiated %s, want %s", got, era)
+			}
+			if stateful := cs.ID() != ""; stateful != (era == "2025-11-25") {
+				t.Errorf("session id %q for %s", cs.ID(), era)
+			}
+			tools, err := cs.ListTools(context.Background(), nil)
+			if err != nil || len(tools.Tools) != 5 {
+				t.Fatalf("tools/list: %v, %d tools", err, len(tools.Tools))
+			}
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-8"+era[3:4], 10))})
+			if err != nil || res.IsError {
+				t.Fatalf("delegate: %v %+v", err, res)
+			}
+			if st := res.StructuredContent.(map[string]any)["state"]; st != "completed" {
+				t.Errorf("state %v, want completed", st)
+			}
+		})
+	}
+}

@@ -1,0 +1,580 @@
+package mcpedge
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+)
+
+// Scopes a2ad knows (the `scope` claim of a host's token, RFC 8693 §4.2).
+const (
+	ScopeRead     = "a2a:read"     // agents_list, task_get; needed for /mcp at all
+	ScopeDelegate = "a2a:delegate" // delegate, task_respond, task_cancel
+	ScopeAdmin    = "a2a:admin"    // the operators' admin API (/v1/)
+)
+
+// ToolScopes names the scope each tool needs.
+var ToolScopes = map[string]string{
+	"agents_list":  ScopeRead,
+	"task_get":     ScopeRead,
+	"delegate":     ScopeDelegate,
+	"task_respond": ScopeDelegate,
+	"task_cancel":  ScopeDelegate,
+}
+
+// MetadataPath is where the RFC 9728 protected resource metadata is served
+// (also under MetadataPath + "/mcp", the path-suffixed form of §3.1).
+const MetadataPath = "/.well-known/oauth-protected-resource"
+
+// DevIssuer is the issuer of tokens `a2ad token mint` signs with the
+// development key in the data directory.
+const DevIssuer = "urn:a2ad:dev"
+
+// AuthConfig configures how hosts' bearer tokens (JWT, RFC 7519) are verified
+// on HTTP. With no key source (PublicKeyFile, JWKSURL, HS256SecretFile)
+// a2ad uses the development key it generates in its data directory
+// (Ed25519, EdDSA) and the issuer DevIssuer: enough for one instance and
+// `a2ad token mint`; several instances need a shared key source.
+type AuthConfig struct {
+	// Issuer is the required `iss`.
+	Issuer string `yaml:"issuer"`
+	// Audience is a2ad's resource identifier, the required `aud` (RFC 8707);
+	// default: the URL of its MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
+	Audience string `yaml:"audience"`
+	// Algorithms allowed: any of ES256, EdDSA, RS256; HS256 only with
+	// HS256SecretFile. Default: the one the key's type implies.
+	Algorithms []string `yaml:"algorithms"`
+	// PublicKeyFile is a PEM file holding a public key (PKIX) or a
+	// certificate.
+	PublicKeyFile string `yaml:"public_key_file"`
+	// JWKSURL is a JWK Set (RFC 7517) fetched and refreshed in the background.
+	JWKSURL string `yaml:"jwks_url"`
+	// HS256SecretFile holds a shared secret: for local development only.
+	HS256SecretFile string `yaml:"hs256_secret_file"`
+	// TenantClaim names the claim carrying the tenant (default "tenant").
+	TenantClaim string `yaml:"tenant_claim"`
+	// LeewaySeconds is the clock skew allowed on exp, nbf and iat (default 30).
+	LeewaySeconds int `yaml:"leeway_seconds"`
+	// AuthorizationServers are announced in the protected resource metadata
+	// (default: Issuer, when it is an https URL).
+	AuthorizationServers []string `yaml:"authorization_servers"`
+}
+
+// Authenticator verifies hosts' bearer tokens and answers with RFC 6750
+// challenges. Build it with NewAuthenticator.
+type Authenticator struct {
+	cfg         AuthConfig
+	parser      *jwt.Parser
+	keyfunc     jwt.Keyfunc
+	metadataURL string
+	dev         bool
+}
+
+// TokenError is why a token was refused; its text is safe to show (it never
+// contains the token).
+type TokenError struct{ Reason string }
+
+func (e *TokenError) Error() string { return "invalid token: " + e.Reason }
+
+// Unwrap makes a TokenError match auth.ErrInvalidToken.
+func (e *TokenError) Unwrap() error { return auth.ErrInvalidToken }
+
+// NewAuthenticator loads the key source of cfg. dataDir holds the
+// development key (created if absent and no other key source is set);
+// baseURL is the HTTP listener's base URL, for the default audience and the
+// metadata URL. Errors name the bad setting.
+func NewAuthenticator(cfg AuthConfig, dataDir, baseURL string) (*Authenticator, error) {
+	a := &Authenticator{cfg: cfg, metadataURL: strings.TrimSuffix(baseURL, "/") + MetadataPath}
+	if a.cfg.Audience == "" {
+		a.cfg.Audience = strings.TrimSuffix(baseURL, "/") + "/mcp"
+	}
+	if a.cfg.TenantClaim == "" {
+		a.cfg.TenantClaim = "tenant"
+	}
+	if a.cfg.LeewaySeconds == 0 {
+		a.cfg.LeewaySeconds = 30
+	}
+	sources := 0
+	for _, s := range []string{cfg.PublicKeyFile, cfg.JWKSURL, cfg.HS256SecretFile} {
+		if s != "" {
+			sources++
+		}
+	}
+	var implied []string
+	switch {
+	case sources > 1:
+		return nil, errors.New("auth: set one of public_key_file, jwks_url, hs256_secret_file")
+	case cfg.PublicKeyFile != "":
+		key, err := readPublicKey(cfg.PublicKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		a.keyfunc = func(*jwt.Token) (any, error) { return key, nil }
+		implied = algorithmsFor(key)
+	case cfg.JWKSURL != "":
+		kf, err := keyfunc.NewDefaultOverrideCtx(context.Background(), []string{cfg.JWKSURL}, keyfunc.Override{HTTPTimeout: 10 * time.Second})
+		if err != nil {
+			return nil, fmt.Errorf("auth: jwks_url: %w", err)
+		}
+		a.keyfunc = kf.Keyfunc
+		implied = []string{"ES256", "EdDSA", "RS256"}
+	case cfg.HS256SecretFile != "":
+		secret, err := os.ReadFile(cfg.HS256SecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth: hs256_secret_file: %w", err)
+		}
+		secret = bytes.TrimSpace(secret)
+		if len(secret) < 32 {
+			return nil, errors.New("auth: hs256_secret_file: the secret must be at least 32 bytes")
+		}
+		a.keyfunc = func(*jwt.Token) (any, error) { return secret, nil }
+		implied = []string{"HS256"}
+	default:
+		priv, err := EnsureDevKey(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		pub := priv.Public()
+		a.keyfunc = func(*jwt.Token) (any, error) { return pub, nil }
+		implied = []string{"EdDSA"}
+		a.dev = true
+		if a.cfg.Issuer == "" {
+			a.cfg.Issuer = DevIssuer
+		}
+	}
+	if a.cfg.Issuer == "" {
+		return nil, errors.New("auth: issuer is required with a configured key source")
+	}
+	algs := cfg.Algorithms
+	if len(algs) == 0 {
+		algs = implied
+	}
+	for _, alg := range algs {
+		switch {
+		case alg == "HS256" && cfg.HS256SecretFile == "":
+			return nil, errors.New("auth: HS256 is allowed only with hs256_secret_file (local development)")
+		case alg != "HS256" && cfg.HS256SecretFile != "":
+			return nil, fmt.Errorf("auth: algorithm %s does not fit hs256_secret_file", alg)
+		case !slices.Contains([]string{"ES256", "EdDSA", "RS256", "HS256"}, alg):
+			return nil, fmt.Errorf("auth: algorithm %q is not one of ES256, EdDSA, RS256 (HS256 for development)", alg)
+		}
+	}
+	a.parser = jwt.NewParser(
+		jwt.WithValidMethods(algs), // refuses alg "none" and algorithm confusion
+		jwt.WithIssuer(a.cfg.Issuer),
+		jwt.WithAudience(a.cfg.Audience),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(time.Duration(a.cfg.LeewaySeconds)*time.Second),
+	)
+	return a, nil
+}
+
+// Audience is the resource identifier tokens must name in `aud`.
+func (a *Authenticator) Audience() string { return a.cfg.Audience }
+
+// Issuer is the `iss` tokens must carry.
+func (a *Authenticator) Issuer() string { return a.cfg.Issuer }
+
+// Development reports whether tokens are verified with the development key.
+func (a *Authenticator) Development() bool { return a.dev }
+
+// Verify checks a compact JWS: signature (allowed algorithms only), iss,
+// aud, exp (required, with leeway), nbf and iat when present, a non-empty
+// sub and tenant claim. It returns the token's subject, tenant and scopes
+// as an auth.TokenInfo (Extra "sub", "tenant"; UserID "<tenant>/<sub>"), or
+// a *TokenError.
+func (a *Authenticator) Verify(token string) (*auth.TokenInfo, error) {
+	claims := jwt.MapClaims{}
+	if _, err := a.parser.ParseWithClaims(token, claims, a.keyfunc); err != nil {
+		return nil, &TokenError{Reason: reason(err)}
+	}
+	sub, _ := claims["sub"].(string)
+	tenant, _ := claims[a.cfg.TenantClaim].(string)
+	if sub == "" {
+		return nil, &TokenError{Reason: "no sub claim"}
+	}
+	if tenant == "" {
+		return nil, &TokenError{Reason: "no " + a.cfg.TenantClaim + " claim"}
+	}
+	scope, _ := claims["scope"].(string)
+	exp, _ := claims.GetExpirationTime()
+	return &auth.TokenInfo{
+		Scopes: strings.Fields(scope), Expiration: exp.Time, UserID: tenant + "/" + sub,
+		Extra: map[string]any{"sub": sub, "tenant": tenant},
+	}, nil
+}
+
+// reason is a short, token-free description of a verification failure.
+func reason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "malformed"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "bad signature or algorithm not allowed"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "no key to verify it"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "a required claim is missing"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "not valid yet"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "minted for another audience"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "wrong issuer"
+	}
+	return "not verifiable"
+}
+
+type principalKey struct{}
+
+// PrincipalOf returns the principal a verified token names: subject and
+// tenant from its claims, scopes from `scope`. ok is false without one.
+func PrincipalOf(ti *auth.TokenInfo) (broker.Principal, bool) {
+	if ti == nil {
+		return broker.Principal{}, false
+	}
+	sub, _ := ti.Extra["sub"].(string)
+	tenant, _ := ti.Extra["tenant"].(string)
+	if sub == "" || tenant == "" {
+		return broker.Principal{}, false
+	}
+	return broker.Principal{Subject: sub, Tenant: tenant, Scopes: slices.Clone(ti.Scopes)}, true
+}
+
+// challenge writes an RFC 6750 §3 error response: status, and a
+// WWW-Authenticate Bearer challenge with resource_metadata (RFC 9728 §5.1)
+// and, when code is set, error, error_description and scope.
+func (a *Authenticator) challenge(w http.ResponseWriter, status int, code, desc, scope string) {
+	params := []string{fmt.Sprintf("resource_metadata=%q", a.metadataURL)}
+	if code != "" {
+		params = append(params, fmt.Sprintf("error=%q", code))
+		if desc != "" {
+			params = append(params, fmt.Sprintf("error_description=%q", desc))
+		}
+	}
+	if scope != "" {
+		params = append(params, fmt.Sprintf("scope=%q", scope))
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(params, ", "))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	msg := code
+	if msg == "" {
+		msg = "a bearer token is required"
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": cmpOr(code, "unauthorized"), "message": cmpOr(desc, msg)}})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// authenticate verifies the request's bearer token and checks that it
+// holds scope; on failure it has written the challenge and returns nil.
+func (a *Authenticator) authenticate(w http.ResponseWriter, r *http.Request, scope string) *auth.TokenInfo {
+	h := r.Header.Get("Authorization")
+	scheme, token, found := strings.Cut(h, " ")
+	if h == "" || !found || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		a.challenge(w, http.StatusUnauthorized, "", "", "") // RFC 6750 §3.1: no error code without credentials
+		return nil
+	}
+	ti, err := a.Verify(strings.TrimSpace(token))
+	if err != nil {
+		var te *TokenError
+		desc := "token not verifiable"
+		if errors.As(err, &te) {
+			desc = te.Reason
+		}
+		a.challenge(w, http.StatusUnauthorized, "invalid_token", desc, "")
+		return nil
+	}
+	if scope != "" && !slices.Contains(ti.Scopes, scope) {
+		a.challenge(w, http.StatusForbidden, "insufficient_scope", "this request needs scope "+scope, scope)
+		return nil
+	}
+	return ti
+}
+
+// RequireScope protects an HTTP handler (the admin API): a valid token with
+// scope, else the RFC 6750 challenge. The principal is in the request
+// context (PrincipalFromContext).
+func (a *Authenticator) RequireScope(scope string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ti := a.authenticate(w, r, scope)
+		if ti == nil {
+			return
+		}
+		p, _ := PrincipalOf(ti)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// PrincipalFromContext is the principal RequireScope verified.
+func PrincipalFromContext(ctx context.Context) (broker.Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(broker.Principal)
+	return p, ok
+}
+
+// maxPeek bounds the request body read to learn which tool a call names.
+const maxPeek = 4 << 20
+
+// ProtectMCP guards the MCP endpoint: every request needs a valid token
+// with a2a:read, and a tools/call needs the scope of its tool (HTTP 403
+// insufficient_scope naming it: MCP step-up authorization). The verified
+// token reaches tool handlers as req.Extra.TokenInfo, through the go-sdk's
+// own bearer middleware (which also binds sessions to the token's user).
+func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
+	sdk := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		ti, ok := ctx.Value(tokenInfoKey{}).(*auth.TokenInfo)
+		if !ok {
+			return nil, auth.ErrInvalidToken
+		}
+		return ti, nil
+	}, &auth.RequireBearerTokenOptions{ResourceMetadataURL: a.metadataURL, ClockSkew: time.Duration(a.cfg.LeewaySeconds) * time.Second})(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ti := a.authenticate(w, r, ScopeRead)
+		if ti == nil {
+			return
+		}
+		if r.Method == http.MethodPost && r.Body != nil {
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
+			if err != nil {
+				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+			if tool, ok := calledTool(body); ok {
+				if need, known := ToolScopes[tool]; known && !slices.Contains(ti.Scopes, need) {
+					a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+tool+" needs scope "+need, need)
+					return
+				}
+			}
+		}
+		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))
+	})
+}
+
+type tokenInfoKey struct{}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// calledTool returns the tool a JSON-RPC tools/call request names.
+func calledTool(body []byte) (string, bool) {
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil || m.Method != "tools/call" {
+		return "", false
+	}
+	return m.Params.Name, true
+}
+
+// MetadataHandler serves the RFC 9728 protected resource metadata.
+func (a *Authenticator) MetadataHandler() http.Handler {
+	servers := a.cfg.AuthorizationServers
+	if len(servers) == 0 && strings.HasPrefix(a.cfg.Issuer, "https://") {
+		servers = []string{a.cfg.Issuer}
+	}
+	return auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               a.cfg.Audience,
+		AuthorizationServers:   servers,
+		ScopesSupported:        []string{ScopeRead, ScopeDelegate, ScopeAdmin},
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "a2ad",
+	})
+}
+
+// scopeFilter is server middleware: tools/list shows a principal only the
+// tools its scopes allow, and a tools/call of another tool is refused
+// (defence in depth behind ProtectMCP; on stdio the configured scopes).
+func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch method {
+			case "tools/list":
+				res, err := next(ctx, method, req)
+				if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+					p := principal(req.GetExtra())
+					lr.Tools = slices.DeleteFunc(slices.Clone(lr.Tools), func(t *mcp.Tool) bool {
+						return !slices.Contains(p.Scopes, ToolScopes[t.Name])
+					})
+				}
+				return res, err
+			case "tools/call":
+				if cr, ok := req.(*mcp.CallToolRequest); ok {
+					p := principal(req.GetExtra())
+					if need := ToolScopes[cr.Params.Name]; need != "" && !slices.Contains(p.Scopes, need) {
+						return nil, fmt.Errorf("insufficient_scope: tool %s needs scope %s", cr.Params.Name, need)
+					}
+				}
+			}
+			return next(ctx, method, req)
+		}
+	}
+}
+
+// DevKeyPath is where the development signing key lives in a data directory.
+func DevKeyPath(dataDir string) string { return filepath.Join(dataDir, "auth", "dev-signing-key.pem") }
+
+// EnsureDevKey returns the Ed25519 development key of dataDir, generating
+// it (PKCS #8 PEM, mode 0600) on first use.
+func EnsureDevKey(dataDir string) (ed25519.PrivateKey, error) {
+	p := DevKeyPath(dataDir)
+	if b, err := os.ReadFile(p); err == nil {
+		return parseDevKey(b)
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, fmt.Errorf("auth: dev key: %w", err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) { // another process made it first
+		b, rerr := os.ReadFile(p)
+		if rerr != nil {
+			return nil, rerr
+		}
+		return parseDevKey(b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: dev key: %w", err)
+	}
+	defer f.Close()
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		return nil, err
+	}
+	return priv, f.Sync()
+}
+
+func parseDevKey(b []byte) (ed25519.PrivateKey, error) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, errors.New("auth: dev key: not PEM")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("auth: dev key: %w", err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, errors.New("auth: dev key: not Ed25519")
+	}
+	return priv, nil
+}
+
+// MintDevToken signs a development token with dataDir's key: iss DevIssuer,
+// aud audience, sub, tenant, scope (space-separated), iat now, exp now+ttl.
+func MintDevToken(dataDir, audience, sub, tenant, scope string, ttl time.Duration) (string, error) {
+	priv, err := EnsureDevKey(dataDir)
+	if err != nil {
+		return "", err
+	}
+	if sub == "" || tenant == "" {
+		return "", errors.New("token mint: --sub and --tenant are required")
+	}
+	if ttl <= 0 || ttl > 30*24*time.Hour {
+		return "", errors.New("token mint: --ttl must be between 1s and 720h")
+	}
+	now := time.Now()
+	return jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{
+		"iss": DevIssuer, "aud": audience, "sub": sub, "tenant": tenant, "scope": scope,
+		"iat": now.Unix(), "exp": now.Add(ttl).Unix(),
+	}).SignedString(priv)
+}
+
+func readPublicKey(path string) (crypto.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: public_key_file: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("auth: public_key_file %s: not PEM", path)
+	}
+	switch blk.Type {
+	case "CERTIFICATE":
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("auth: public_key_file %s: %w", path, err)
+		}
+		return c.PublicKey, nil
+	case "PUBLIC KEY":
+		k, err := x509.ParsePKIXPublicKey(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("auth: public_key_file %s: %w", path, err)
+		}
+		return k, nil
+	}
+	return nil, fmt.Errorf("auth: public_key_file %s: PEM block %q is not PUBLIC KEY or CERTIFICATE", path, blk.Type)
+}
+
+func algorithmsFor(key crypto.PublicKey) []string {
+	switch key.(type) {
+	case *ecdsa.PublicKey:
+		return []string{"ES256"}
+	case ed25519.PublicKey:
+		return []string{"EdDSA"}
+	case *rsa.PublicKey:
+		return []string{"RS256"}
+	}
+	return nil
+}
+
+// BearerClient returns an HTTP client that sends token as `Authorization:
+// Bearer` on every request: for Go hosts (StreamableClientTransport's
+// HTTPClient), the demo and tests.
+func BearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}}
+}
+
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}

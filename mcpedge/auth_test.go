@@ -1,0 +1,66 @@
+package mcpedge
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+)
+
+// Untrusted bearer tokens never panic the verifier and never pass without
+// the key: every input but a token the key signed is a *TokenError.
+func FuzzVerify(f *testing.F) {
+	dir := f.TempDir()
+	a, err := NewAuthenticator(AuthConfig{}, dir, "http://127.0.0.1:8080")
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := MintDevToken(dir, a.Audience(), "h", "default", "a2a:read", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add("")
+	f.Add("a.b.c")
+	f.Add(strings.Replace(good, ".", "x.", 1))
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJoIn0.")
+	f.Fuzz(func(t *testing.T, token string) {
+		ti, err := a.Verify(token)
+		if token == good {
+			if err != nil || ti.Extra["tenant"] != "default" {
+				t.Fatalf("the minted token: %v", err)
+			}
+			return
+		}
+		var te *TokenError
+		if err == nil {
+			// Only an exact re-encoding of the signed token could pass.
+			if ti.Extra["sub"] != "h" {
+				t.Fatalf("an unsigned variant passed: %q", token)
+			}
+			return
+		}
+		if !errors.As(err, &te) || !errors.Is(err, auth.ErrInvalidToken) || strings.Contains(te.Reason, token) && len(token) > 8 {
+			t.Fatalf("Verify(%q) = %v", token, err)
+		}
+	})
+}
+
+func TestNewAuthenticatorRefusesUnsafeSettings(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		cfg  AuthConfig
+		want string
+	}{
+		{AuthConfig{Algorithms: []string{"HS256"}}, "HS256 is allowed only with hs256_secret_file"},
+		{AuthConfig{Algorithms: []string{"none"}}, `algorithm "none" is not one of`},
+		{AuthConfig{PublicKeyFile: "/nonexistent.pem", Issuer: "x"}, "public_key_file"},
+		{AuthConfig{PublicKeyFile: "a", JWKSURL: "b"}, "set one of"},
+	} {
+		if _, err := NewAuthenticator(c.cfg, dir, "http://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
