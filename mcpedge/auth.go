@@ -510,17 +510,59 @@ func MintDevToken(dataDir, audience, sub, tenant, scope string, ttl time.Duratio
 	if err != nil {
 		return "", err
 	}
+	return MintToken(priv, DevIssuer, audience, sub, tenant, scope, ttl)
+}
+
+// MintToken signs a token with key (Ed25519: EdDSA, ECDSA P-256: ES256,
+// RSA: RS256) for the given issuer and audience; see MintDevToken.
+func MintToken(key crypto.PrivateKey, issuer, audience, sub, tenant, scope string, ttl time.Duration) (string, error) {
 	if sub == "" || tenant == "" {
 		return "", errors.New("token mint: --sub and --tenant are required")
 	}
 	if ttl <= 0 || ttl > 30*24*time.Hour {
 		return "", errors.New("token mint: --ttl must be between 1s and 720h")
 	}
+	var method jwt.SigningMethod
+	switch k := key.(type) {
+	case ed25519.PrivateKey:
+		method = jwt.SigningMethodEdDSA
+	case *ecdsa.PrivateKey:
+		if k.Curve.Params().BitSize != 256 {
+			return "", errors.New("token mint: ECDSA keys must be P-256 (ES256)")
+		}
+		method = jwt.SigningMethodES256
+	case *rsa.PrivateKey:
+		method = jwt.SigningMethodRS256
+	default:
+		return "", fmt.Errorf("token mint: unsupported key type %T", key)
+	}
 	now := time.Now()
-	return jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{
-		"iss": DevIssuer, "aud": audience, "sub": sub, "tenant": tenant, "scope": scope,
+	return jwt.NewWithClaims(method, jwt.MapClaims{
+		"iss": issuer, "aud": audience, "sub": sub, "tenant": tenant, "scope": scope,
 		"iat": now.Unix(), "exp": now.Add(ttl).Unix(),
-	}).SignedString(priv)
+	}).SignedString(key)
+}
+
+// ReadPrivateKey reads a PKCS #8 (or SEC 1 EC, or PKCS #1 RSA) PEM private key.
+func ReadPrivateKey(path string) (crypto.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: not PEM", path)
+	}
+	if k, err := x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
+		return k, nil
+	}
+	if k, err := x509.ParseECPrivateKey(blk.Bytes); err == nil {
+		return k, nil
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(blk.Bytes); err == nil {
+		return k, nil
+	}
+	return nil, fmt.Errorf("%s: not a PKCS #8, EC or RSA private key", path)
 }
 
 func readPublicKey(path string) (crypto.PublicKey, error) {

@@ -4,10 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,5 +324,51 @@ func TestServeDefaults(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("serve --help lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A daemon configured with an identity provider's public key accepts the
+// tokens `a2ad token mint --key` signs with the private half, and refuses
+// the development key's.
+func TestTokenMintWithAConfiguredKey(t *testing.T) {
+	dir := t.TempDir()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	privDER, _ := x509.MarshalPKCS8PrivateKey(priv)
+	pubDER, _ := x509.MarshalPKIXPublicKey(pub)
+	keyFile, pubFile := filepath.Join(dir, "idp.key"), filepath.Join(dir, "idp-public.pem")
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600)
+	_ = os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600)
+	cfg := filepath.Join(dir, "a2ad.yaml")
+	_ = os.WriteFile(cfg, []byte(testConfig+"auth:\n  issuer: https://idp.example.com\n  audience: https://a2ad.example.com/mcp\n  public_key_file: "+pubFile+"\n"), 0o600)
+	d := startDaemon(t, nil, "--config", cfg, "--data-dir", filepath.Join(dir, "data"), "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
+
+	mint := func(args ...string) string {
+		out, err := exec.Command(bin, append([]string{"token", "mint", "--sub", "h", "--audience", "https://a2ad.example.com/mcp"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("token mint %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	status := func(token string) int {
+		req, _ := http.NewRequest(http.MethodPost, d.HTTP+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(mint("--key", keyFile, "--issuer", "https://idp.example.com")); got != 200 {
+		t.Errorf("token signed with the configured key: %d, want 200", got)
+	}
+	if got := status(mint("--data-dir", filepath.Join(dir, "data"))); got != 401 {
+		t.Errorf("development token: %d, want 401", got)
+	}
+	out, err := exec.Command(bin, "token", "mint", "--sub", "h", "--key", keyFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--key needs --issuer") {
+		t.Errorf("--key without --issuer: %v %s", err, out)
 	}
 }

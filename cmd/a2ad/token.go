@@ -29,7 +29,7 @@ func devAudience(dataDir string) string {
 
 func newToken() *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Development tokens for hosts and operators"}
-	var dataDir, sub, tenant, scope, audience string
+	var dataDir, sub, tenant, scope, audience, keyFile, issuer string
 	var ttl time.Duration
 	mint := &cobra.Command{
 		Use:   "mint",
@@ -42,7 +42,20 @@ func newToken() *cobra.Command {
 			if audience == "" {
 				audience = devAudience(dataDir)
 			}
-			tok, err := mcpedge.MintDevToken(dataDir, audience, sub, tenant, scope, ttl)
+			var tok string
+			var err error
+			if keyFile != "" {
+				if issuer == "" {
+					return errors.New("token mint: --key needs --issuer (the iss the daemon's auth config expects)")
+				}
+				key, kerr := mcpedge.ReadPrivateKey(keyFile)
+				if kerr != nil {
+					return fmt.Errorf("token mint: --key: %w", kerr)
+				}
+				tok, err = mcpedge.MintToken(key, issuer, audience, sub, tenant, scope, ttl)
+			} else {
+				tok, err = mcpedge.MintDevToken(dataDir, audience, sub, tenant, scope, ttl)
+			}
 			if err != nil {
 				return err
 			}
@@ -57,6 +70,8 @@ func newToken() *cobra.Command {
 	f.StringVar(&scope, "scope", "a2a:read a2a:delegate", "space-separated scopes")
 	f.StringVar(&audience, "audience", "", "aud claim (default: what the daemon on --data-dir verifies, else "+defaultAudience+")")
 	f.DurationVar(&ttl, "ttl", time.Hour, "lifetime (exp = now + ttl), at most 720h")
+	f.StringVar(&keyFile, "key", "", "sign with this PEM private key (Ed25519, ECDSA P-256 or RSA) instead of the development key; for a daemon whose auth config names its public half")
+	f.StringVar(&issuer, "issuer", "", "iss claim with --key (the development key always signs as "+mcpedge.DevIssuer+")")
 	cmd.AddCommand(mint)
 	return cmd
 }

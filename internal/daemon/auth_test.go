@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -323,5 +324,23 @@ func TestBothProtocolEras(t *testing.T) {
 				t.Errorf("state %v, want completed", st)
 			}
 		})
+	}
+}
+
+// The shipped configurations load (strictly: an unknown key would fail).
+func TestDeployConfigsLoad(t *testing.T) {
+	for _, f := range []string{"../../deploy/a2ad.yaml", "../../deploy/a2ad-cluster.yaml"} {
+		c, err := daemon.LoadConfig(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(c.Agents) != 1 || c.Agents[0].ID != "fraud-review" {
+			t.Errorf("%s: agents %+v", f, c.Agents)
+		}
+	}
+	c, _ := daemon.LoadConfig("../../deploy/a2ad-cluster.yaml")
+	if c.Replicas != 3 || c.Auth.PublicKeyFile == "" || c.Auth.Issuer == "" || c.Auth.Audience == "" {
+		t.Errorf("cluster config: replicas %d auth %+v; want 3 and a shared key", c.Replicas, c.Auth)
 	}
 }
