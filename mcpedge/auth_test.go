@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 )
 
@@ -63,4 +64,35 @@ func TestNewAuthenticatorRefusesUnsafeSettings(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
 	}
+}
+
+// Request states come back from clients: anything but a state sealed with
+// the key for this principal is refused, without panicking.
+func FuzzOpenState(f *testing.F) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	p := broker.Principal{Subject: "alice", Tenant: "default"}
+	now := time.Unix(1_800_000_000, 0)
+	good := sealState(key, stateClaims{Task: "tsk-1", Tenant: "default", Subject: "alice", Turn: 1, Exp: now.Unix() + 60})
+	f.Add(good)
+	f.Add("")
+	f.Add(".")
+	f.Add(good[:len(good)-1])
+	f.Add(sealState([]byte("another key, also thirty-two byt"), stateClaims{Task: "tsk-1", Tenant: "default", Subject: "alice", Turn: 1, Exp: now.Unix() + 60}))
+	f.Add(sealState(key, stateClaims{Task: "tsk-1", Tenant: "acme", Subject: "alice", Turn: 1, Exp: now.Unix() + 60}))
+	f.Add(sealState(key, stateClaims{Task: "tsk-1", Tenant: "default", Subject: "alice", Turn: 1, Exp: now.Unix() - 1}))
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := openState(key, p, s, now)
+		if s == good {
+			if err != nil || c.Task != "tsk-1" || c.Turn != 1 {
+				t.Fatalf("the sealed state: %+v %v", c, err)
+			}
+			return
+		}
+		if err == nil && (c.Tenant != "default" || c.Subject != "alice" || c.Exp < now.Unix()) {
+			t.Fatalf("accepted %q as %+v", s, c)
+		}
+		if err != nil && !errors.Is(err, ErrRequestState) {
+			t.Fatalf("error %v is not ErrRequestState", err)
+		}
+	})
 }

@@ -32,9 +32,22 @@ var Implementation = &mcp.Implementation{Name: "a2ad", Title: "a2ad delegation b
 
 // Edge is the MCP server over a broker.Service.
 type Edge struct {
-	svc   *broker.Service
-	log   *slog.Logger
-	stdio *broker.Principal
+	svc      *broker.Service
+	log      *slog.Logger
+	stdio    *broker.Principal
+	stateKey []byte
+}
+
+// Options configure NewServer.
+type Options struct {
+	// Stdio is the principal of a stdio session (from configuration); nil
+	// for a server that serves only HTTP, whose callers are the principals
+	// of their verified tokens.
+	Stdio *broker.Principal
+	// RequestStateKey (32 bytes or more) protects the request state of input
+	// requests; every instance must share it. Nil: questions are never put
+	// as input requests, only returned in results.
+	RequestStateKey []byte
 }
 
 // principalOf is the caller of a request: the verified token's subject,
@@ -53,11 +66,9 @@ func (e *Edge) principalOf(extra *mcp.RequestExtra) broker.Principal {
 
 func (e *Edge) principal(req *mcp.CallToolRequest) broker.Principal { return e.principalOf(req.Extra) }
 
-// NewServer returns an MCP server with a2ad's tools. stdio is the principal
-// of a stdio session (from configuration); nil for a server that serves only
-// HTTP, whose callers are the principals of their verified tokens.
-func NewServer(svc *broker.Service, log *slog.Logger, stdio *broker.Principal) *mcp.Server {
-	e := &Edge{svc: svc, log: log, stdio: stdio}
+// NewServer returns an MCP server with a2ad's tools.
+func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server {
+	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey}
 	s := mcp.NewServer(Implementation, &mcp.ServerOptions{
 		Instructions: "a2ad delegates bounded work to remote A2A agents. Call agents_list, then delegate with an objective, " +
 			"evidence and an output_schema; follow the task with task_get, answer questions with task_respond. " +
@@ -75,7 +86,8 @@ func NewServer(svc *broker.Service, log *slog.Logger, stdio *broker.Principal) *
 		Title: "Delegate a task",
 		Description: "Delegates a bounded task to a remote agent. Only the brief is sent: objective, evidence, constraints, the output schema and the budget; " +
 			"nothing else from this conversation leaves. Waits up to wait_seconds (default 20, max 50) and returns the task's state; " +
-			"when the agent asks a question the state is input-required and the question is returned (answer with task_respond); " +
+			"when the agent asks a question the state is input-required and the question is returned (answer with task_respond), " +
+			"or, if this client can ask its user (elicitation), it is put to the user as an input request on this call and the answer goes to the agent; " +
 			"when completed the artifacts are returned only after validation against output_schema. " +
 			"Cancelling this call stops only the wait, not the delegated task (use task_cancel).",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
@@ -107,9 +119,10 @@ func ptr[T any](v T) *T { return &v }
 // HTTPHandler serves the MCP server over Streamable HTTP in both protocol
 // eras on one endpoint. The go-sdk offers 2026-07-28 (stateless: server/
 // discover, per-request _meta) only from a stateless handler, while
-// 2025-11-25 needs sessions: a request that is `initialize` or carries an
-// Mcp-Session-Id (and any GET or DELETE, which only sessions use) goes to
-// a stateful handler, every other request to a stateless one.
+// 2025-11-25 needs sessions: a request that is `initialize` (without an
+// Mcp-Protocol-Version of 2026-07-28 or later) or carries an Mcp-Session-Id
+// (and any GET or DELETE, which only sessions use) goes to a stateful
+// handler, every other request to a stateless one.
 func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 	get := func(*http.Request) *mcp.Server { return s }
 	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: 30 * time.Minute})
@@ -128,7 +141,9 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 		var m struct {
 			Method string `json:"method"`
 		}
-		if json.Unmarshal(body, &m) == nil && m.Method == "initialize" {
+		// 2026-07-28 has no initialize: such a request (its version header
+		// says so) gets that era's answer from the stateless handler.
+		if json.Unmarshal(body, &m) == nil && m.Method == "initialize" && r.Header.Get("Mcp-Protocol-Version") < "2026-07-28" {
 			stateful.ServeHTTP(w, r)
 			return
 		}
@@ -272,6 +287,9 @@ func waitFor(ws *int) time.Duration {
 
 func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in DelegateInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
+	if req.Params.RequestState != "" { // the retry of a call that asked the user: never a second delegation
+		return e.resume(ctx, req, p, in.WaitSeconds)
+	}
 	if in.Evidence == nil {
 		return nil, TaskOutput{}, toolError(&brief.Error{Field: "/evidence", Reason: "must be a JSON object"})
 	}
@@ -326,6 +344,9 @@ func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Prin
 	// by that read still goes out, so the last notification names the
 	// state the result carries.
 	changed(got)
+	if res, ok := e.askResult(req, p, got); ok {
+		return res, TaskOutput{}, nil
+	}
 	return nil, view(got, time.Since(start) >= d), nil
 }
 
@@ -337,6 +358,9 @@ type TaskGetInput struct {
 
 func (e *Edge) taskGet(ctx context.Context, req *mcp.CallToolRequest, in TaskGetInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
+	if req.Params.RequestState != "" {
+		return e.resume(ctx, req, p, in.WaitSeconds)
+	}
 	r, err := e.svc.Get(ctx, p, in.TaskID)
 	if err != nil {
 		return nil, TaskOutput{}, toolError(err)
@@ -357,6 +381,9 @@ type TaskRespondInput struct {
 
 func (e *Edge) taskRespond(ctx context.Context, req *mcp.CallToolRequest, in TaskRespondInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
+	if req.Params.RequestState != "" {
+		return e.resume(ctx, req, p, in.WaitSeconds)
+	}
 	r, err := e.svc.Respond(ctx, p, in.TaskID, in.Answer)
 	if err != nil {
 		return nil, TaskOutput{}, toolError(err)

@@ -8,11 +8,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,5 +344,97 @@ func TestDeployConfigsLoad(t *testing.T) {
 	c, _ := daemon.LoadConfig("../../deploy/a2ad-cluster.yaml")
 	if c.Replicas != 3 || c.Auth.PublicKeyFile == "" || c.Auth.Issuer == "" || c.Auth.Audience == "" {
 		t.Errorf("cluster config: replicas %d auth %+v; want 3 and a shared key", c.Replicas, c.Auth)
+	}
+}
+
+// A host that can ask its user gets the agent's question as an MCP input
+// request on the pending call (2026-07-28; the go-sdk performs it as
+// elicitation/create for 2025-11-25 clients); the user's answer reaches the
+// agent and the same call ends with the completed task.
+func TestQuestionAsInputRequest(t *testing.T) {
+	p := startIDP(t)
+	token := p.sign(t, claims("host", "default", "a2a:read a2a:delegate"))
+	for i, era := range []string{"2026-07-28", "2025-11-25"} {
+		t.Run(era, func(t *testing.T) {
+			var asked []string
+			client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+				ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					asked = append(asked, r.Params.Message)
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+				},
+			})
+			cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+				HTTPClient: mcpedge.BearerClient(token)}, &mcp.ClientSessionOptions{ProtocolVersion: era})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			caseID := fmt.Sprintf("C-9%d", i)
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence(caseID, 125000))})
+			if err != nil || res.IsError {
+				t.Fatalf("delegate: %v %+v", err, res)
+			}
+			out := res.StructuredContent.(map[string]any)
+			if out["state"] != "completed" {
+				t.Fatalf("state %v, want completed after the answer", out["state"])
+			}
+			wantQ := fmt.Sprintf("Case %s: the refund of 125000 cents is above the manual review threshold of 50000 cents. Has a human reviewer verified the customer's identity? Answer yes or no.", caseID)
+			if len(asked) != 1 || !strings.Contains(asked[0], strconv.Quote(wantQ)) {
+				t.Fatalf("the user was asked %q, want one question quoting %q", asked, wantQ)
+			}
+			rec, _, _ := p.s.d.Service.Tasks.Get(context.Background(), out["task_id"].(string))
+			if h := rec.History[len(rec.History)-2]; rec.Turns != 2 || h.Event != "resume" || h.Source != "host" {
+				t.Errorf("turns %d, history %+v", rec.Turns, rec.History)
+			}
+		})
+	}
+}
+
+// A request state is bound to task, tenant, subject and turn, and
+// integrity-protected: tampered, or presented by another tenant, it is
+// refused and nothing is sent to the agent.
+func TestRequestStateIsBoundAndProtected(t *testing.T) {
+	p := startIDP(t)
+	ctx := context.Background()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}, // the test drives the retry itself
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "decline"}, nil
+		},
+	})
+	connect := func(sub, tenant string) *mcp.ClientSession {
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+			HTTPClient: mcpedge.BearerClient(p.sign(t, claims(sub, tenant, "a2a:read a2a:delegate")))}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		return cs
+	}
+	alice, mallory := connect("alice", "default"), connect("mallory", "acme")
+	res, err := alice.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-95", 125000))})
+	if err != nil || res.IsError || res.RequestState == "" || res.InputRequests[mcpedge.AnswerInput] == nil {
+		t.Fatalf("want an input request with a request state: %v %+v", err, res)
+	}
+	answer := mcp.InputResponseMap{mcpedge.AnswerInput: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}}
+	retry := func(cs *mcp.ClientSession, state string) *mcp.CallToolResult {
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": "ignored"},
+			InputResponses: answer, RequestState: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	tampered := res.RequestState[:len(res.RequestState)-2] + "AA"
+	for name, r := range map[string]*mcp.CallToolResult{"tampered": retry(alice, tampered), "another tenant": retry(mallory, res.RequestState)} {
+		if !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "invalid_argument: request state not valid") {
+			t.Errorf("%s state: %+v", name, r.Content)
+		}
+	}
+	if n := p.s.agent.Stats(); n.BriefsReceived != 1 {
+		t.Fatalf("agent briefs %d", n.BriefsReceived)
+	}
+	if r := retry(alice, res.RequestState); r.IsError || r.StructuredContent.(map[string]any)["state"] != "completed" {
+		t.Errorf("the genuine state: %+v", r)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
@@ -154,7 +156,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if !serveHTTP {
 		stdioPrincipal = &broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
 	}
-	d.MCP = mcpedge.NewServer(d.Service, log, stdioPrincipal)
+	stateKey, err := sharedSecret(ctx, js, cfg.Replicas, "request-state-hmac")
+	if err != nil {
+		return nil, err
+	}
+	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey})
 	if serveHTTP {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
@@ -192,6 +198,47 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	ok = true
 	return d, nil
+}
+
+// SecretsBucket holds secrets every instance shares (the HMAC key of MCP
+// request states); agents never get access to JetStream.
+const SecretsBucket = "a2ad_secrets"
+
+// sharedSecret returns the 32-byte secret name of the NATS account a2ad
+// uses, creating it on first use: the first instance's create wins, the
+// others read it.
+func sharedSecret(ctx context.Context, js jetstream.JetStream, replicas int, name string) ([]byte, error) {
+	var kv jetstream.KeyValue
+	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: SecretsBucket,
+			Description: "a2ad secrets shared by its instances", History: 1, Replicas: max(1, replicas), Storage: jetstream.FileStorage})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("KV bucket %s: %w", SecretsBucket, err)
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	err = jsretry.Do(ctx, 20*time.Second, func() error {
+		_, err := kv.Create(ctx, name, secret)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			e, gerr := kv.Get(ctx, name)
+			if gerr == nil {
+				secret = e.Value()
+			}
+			return gerr
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", name, err)
+	}
+	if len(secret) < 32 {
+		return nil, fmt.Errorf("secret %s in %s is %d bytes, want 32", name, SecretsBucket, len(secret))
+	}
+	return secret, nil
 }
 
 // Readiness is the /readyz body.

@@ -1,0 +1,142 @@
+package mcpedge
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Human in the loop. When a task waits for an answer (input-required) and
+// the host can ask its user (its client capabilities include elicitation),
+// the tool call returns an MCP input request (SEP-2322; for clients before
+// 2026-07-28 the go-sdk performs it as elicitation/create) with the agent's
+// question, and a request state. The host retries the call with the user's
+// answer and the state; a2ad sends the answer to the agent and waits again.
+// Other hosts get the question in the result and answer with task_respond.
+
+// AnswerInput is the id of the input request that carries a question.
+const AnswerInput = "answer"
+
+// RequestStateTTL is how long a question's request state is accepted.
+const RequestStateTTL = 15 * time.Minute
+
+// ErrRequestState means a request state is not one a2ad issued to this
+// principal for this question (tampered, expired, another tenant's).
+var ErrRequestState = errors.New("request state not valid")
+
+// answerSchema is the form the user fills in: one answer string.
+var answerSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string","title":"Answer","description":"Your answer to the agent's question"}},"required":["answer"]}`)
+
+// stateClaims are what a request state binds: the task, the principal and
+// the turn the question belongs to, and an expiry (Unix seconds).
+type stateClaims struct {
+	Task    string `json:"t"`
+	Tenant  string `json:"n"`
+	Subject string `json:"s"`
+	Turn    int    `json:"u"`
+	Exp     int64  `json:"e"`
+}
+
+// sealState returns "<claims>.<HMAC-SHA256>", both base64url: integrity-
+// protected with the key every instance shares, bound to task, tenant,
+// subject and turn.
+func sealState(key []byte, c stateClaims) string {
+	body, _ := json.Marshal(c)
+	b := base64.RawURLEncoding.EncodeToString(body)
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(b))
+	return b + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// openState verifies a request state for principal p; ErrRequestState if it
+// is not authentic, has expired, or names another tenant or subject.
+func openState(key []byte, p broker.Principal, s string, now time.Time) (stateClaims, error) {
+	var c stateClaims
+	b, sig, ok := strings.Cut(s, ".")
+	if !ok || len(key) == 0 {
+		return c, ErrRequestState
+	}
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		return c, ErrRequestState
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(b))
+	if !hmac.Equal(got, m.Sum(nil)) {
+		return c, ErrRequestState
+	}
+	body, err := base64.RawURLEncoding.DecodeString(b)
+	if err != nil || json.Unmarshal(body, &c) != nil {
+		return c, ErrRequestState
+	}
+	if c.Tenant != p.Tenant || c.Subject != p.Subject || now.Unix() > c.Exp {
+		return c, ErrRequestState
+	}
+	return c, nil
+}
+
+// canAsk reports whether the caller can put a question to its user.
+func canAsk(req *mcp.CallToolRequest) bool {
+	caps := req.ClientCapabilities()
+	return caps != nil && caps.Elicitation != nil
+}
+
+// askResult turns an input-required task into an input request for a host
+// that can ask its user; ok is false when the host cannot, or the task is
+// not waiting for an answer.
+func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.Record) (*mcp.CallToolResult, bool) {
+	if r.State != task.InputRequired || r.Question == "" || len(e.stateKey) == 0 || !canAsk(req) {
+		return nil, false
+	}
+	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix()}
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{AnswerInput: &mcp.ElicitParams{
+			Mode: "form",
+			// The question is the agent's text: data for the user, quoted.
+			Message:         fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question),
+			RequestedSchema: answerSchema,
+		}},
+		RequestState: sealState(e.stateKey, c),
+	}, true
+}
+
+// resume handles the retry of a call that returned an input request: the
+// user's answer goes to the agent (as task_respond would send it) and the
+// call waits again. A declined or cancelled request returns the task as it
+// is, question included, for the host to answer with task_respond.
+func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int) (*mcp.CallToolResult, TaskOutput, error) {
+	c, err := openState(e.stateKey, p, req.Params.RequestState, time.Now())
+	if err != nil {
+		return nil, TaskOutput{}, &ToolError{Code: "invalid_argument", Err: err}
+	}
+	r, err := e.svc.Get(ctx, p, c.Task)
+	if err != nil {
+		return nil, TaskOutput{}, toolError(err)
+	}
+	resp, _ := req.Params.InputResponses[AnswerInput].(*mcp.ElicitResult)
+	answer, _ := func() (string, bool) {
+		if resp == nil || resp.Action != "accept" {
+			return "", false
+		}
+		a, ok := resp.Content[AnswerInput].(string)
+		return strings.TrimSpace(a), ok
+	}()
+	if answer == "" || r.State != task.InputRequired || r.Turns != c.Turn {
+		// Declined, or the question was answered another way meanwhile.
+		return nil, view(r, false), nil
+	}
+	if r, err = e.svc.Respond(ctx, p, c.Task, answer); err != nil {
+		return nil, TaskOutput{}, toolError(err)
+	}
+	return e.wait(ctx, req, p, r, waitFor(wait))
+}
