@@ -40,6 +40,7 @@ var answerSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"ty
 // stateClaims are what a request state binds: the task, the principal and
 // the turn the question belongs to, and an expiry (Unix seconds).
 type stateClaims struct {
+	Kind    string `json:"k,omitempty"` // "" a question, "auth" an authorization request
 	Task    string `json:"t"`
 	Tenant  string `json:"n"`
 	Subject string `json:"s"`
@@ -95,20 +96,31 @@ func canAsk(req *mcp.CallToolRequest) bool {
 // that can ask its user; ok is false when the host cannot, or the task is
 // not waiting for an answer.
 func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.Record) (*mcp.CallToolResult, bool) {
-	if r.State != task.InputRequired || r.Question == "" || len(e.stateKey) == 0 || !canAsk(req) {
+	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) {
 		return nil, false
 	}
 	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix()}
+	// The agent's text is data for the user, quoted.
+	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
+		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
+	switch {
+	case r.State == task.AuthRequired:
+		// Surfaced like a question, but a2ad never answers it with the
+		// host's credentials: the user authorizes with the agent itself.
+		c.Kind = "auth"
+		ask = &mcp.ElicitParams{Mode: "form", RequestedSchema: authSchema,
+			Message: fmt.Sprintf("Agent %q needs authorization for task %s: %q. a2ad never forwards your credentials: authorize with the agent itself, then continue.", r.AgentID, r.ID, r.Question)}
+	case r.Question == "":
+		return nil, false
+	}
 	return &mcp.CallToolResult{
-		InputRequests: mcp.InputRequestMap{AnswerInput: &mcp.ElicitParams{
-			Mode: "form",
-			// The question is the agent's text: data for the user, quoted.
-			Message:         fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question),
-			RequestedSchema: answerSchema,
-		}},
-		RequestState: sealState(e.stateKey, c),
+		InputRequests: mcp.InputRequestMap{AnswerInput: ask},
+		RequestState:  sealState(e.stateKey, c),
 	}, true
 }
+
+// authSchema is the form of an authorization request: a confirmation only.
+var authSchema = json.RawMessage(`{"type":"object","properties":{"done":{"type":"boolean","title":"I have authorized with the agent","description":"Continue waiting for the task"}}}`)
 
 // resume handles the retry of a call that returned an input request: the
 // user's answer goes to the agent (as task_respond would send it) and the
@@ -124,6 +136,18 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 		return nil, TaskOutput{}, toolError(err)
 	}
 	resp, _ := req.Params.InputResponses[AnswerInput].(*mcp.ElicitResult)
+	if c.Kind == "auth" {
+		if resp == nil || resp.Action != "accept" {
+			return nil, view(r, false), nil
+		}
+		// Nothing is sent: the agent goes on once authorized. Wait for the
+		// task to leave auth-required (or end).
+		left := false
+		return e.waitUntil(ctx, req, p, r, waitFor(wait), func(r *task.Record) bool {
+			left = left || r.State != task.AuthRequired
+			return r.State.Terminal() || (left && r.State.Interrupted())
+		})
+	}
 	answer, _ := func() (string, bool) {
 		if resp == nil || resp.Action != "accept" {
 			return "", false

@@ -309,6 +309,12 @@ func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in Delega
 }
 
 func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration) (*mcp.CallToolResult, TaskOutput, error) {
+	return e.waitUntil(ctx, req, p, r, d, nil)
+}
+
+// waitUntil is wait with its own end condition (nil: terminal or
+// interrupted).
+func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration, done func(*task.Record) bool) (*mcp.CallToolResult, TaskOutput, error) {
 	token := req.Params.GetProgressToken()
 	n := 0
 	notify := func(r *task.Record) {
@@ -336,7 +342,10 @@ func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Prin
 			notify(nr)
 		}
 	}
-	got, err := e.svc.Wait(ctx, p, r.ID, d, changed)
+	if done == nil {
+		done = func(r *task.Record) bool { return r.State.Terminal() || r.State.Interrupted() }
+	}
+	got, err := e.svc.WaitUntil(ctx, p, r.ID, d, done, changed)
 	if err != nil {
 		return nil, TaskOutput{}, toolError(err)
 	}

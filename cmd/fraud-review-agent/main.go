@@ -47,7 +47,7 @@ func run(args []string, log *slog.Logger) error {
 	agentID := fs.String("agent-id", "fraud-review", "agent id on the binding (the sub of its credential)")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
-	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow); repeatable", func(s string) error {
+	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required); repeatable", func(s string) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})

@@ -261,13 +261,20 @@ func (s *Service) Get(ctx context.Context, p Principal, id string) (*task.Record
 // elapses or ctx ends (then with its current state, no error). Each change
 // seen meanwhile is passed to onChange (may be nil). wait ≤ 0 returns at once.
 func (s *Service) Wait(ctx context.Context, p Principal, id string, wait time.Duration, onChange func(*task.Record)) (*task.Record, error) {
+	return s.WaitUntil(ctx, p, id, wait, func(r *task.Record) bool { return r.State.Terminal() || r.State.Interrupted() }, onChange)
+}
+
+// WaitUntil is Wait with its own end condition: it returns once done holds
+// for the task (checked first on the current record), or when wait elapses
+// or ctx ends.
+func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait time.Duration, done func(*task.Record) bool, onChange func(*task.Record)) (*task.Record, error) {
 	if wait > MaxWait {
 		wait = MaxWait
 	}
 	ch, stop := s.Tasks.Subscribe(id)
 	defer stop()
 	r, err := s.Get(ctx, p, id)
-	if err != nil || wait <= 0 || r.State.Terminal() || r.State.Interrupted() {
+	if err != nil || wait <= 0 || done(r) {
 		return r, err
 	}
 	timer := time.NewTimer(wait)
@@ -290,7 +297,7 @@ func (s *Service) Wait(ctx context.Context, p Principal, id string, wait time.Du
 			onChange(r)
 		}
 		last = r.UpdatedAt
-		if r.State.Terminal() || r.State.Interrupted() {
+		if done(r) {
 			return r, nil
 		}
 	}

@@ -5,12 +5,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +41,9 @@ type idp struct {
 	s      *stack
 }
 
-func startIDP(t *testing.T) *idp {
+func startIDP(t *testing.T) *idp { t.Helper(); return startIDPWith(t, nil) }
+
+func startIDPWith(t *testing.T, misbehave map[string]string) *idp {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -50,7 +55,7 @@ func startIDP(t *testing.T) *idp {
 	if err := os.WriteFile(path, pubPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startWithAuth(t, nil, mcpedge.AuthConfig{Issuer: testIssuer, Audience: testAudience, PublicKeyFile: path})
+	s := startWithAuth(t, misbehave, mcpedge.AuthConfig{Issuer: testIssuer, Audience: testAudience, PublicKeyFile: path})
 	return &idp{key: key, pubPEM: pubPEM, s: s}
 }
 
@@ -436,5 +441,117 @@ func TestRequestStateIsBoundAndProtected(t *testing.T) {
 	}
 	if r := retry(alice, res.RequestState); r.IsError || r.StructuredContent.(map[string]any)["state"] != "completed" {
 		t.Errorf("the genuine state: %+v", r)
+	}
+}
+
+// auth-required reaches a host that can ask its user the same way, as an
+// input request carrying the agent's sign-in message; a2ad answers nothing
+// to the agent (never the host's credentials) and the call goes on waiting
+// until the agent, authorized out of band, completes.
+func TestAuthRequiredIsSurfacedNeverSatisfiedWithCredentials(t *testing.T) {
+	p := startIDPWith(t, map[string]string{"C-96": "auth-required"})
+	token := p.sign(t, claims("host", "default", "a2a:read a2a:delegate"))
+	var asked []string
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked = append(asked, r.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"done": true}}, nil
+		},
+	})
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+		HTTPClient: mcpedge.BearerClient(token)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-96", 1999))})
+	if err != nil || res.IsError {
+		t.Fatalf("delegate: %v %+v", err, res)
+	}
+	if st := res.StructuredContent.(map[string]any)["state"]; st != "completed" {
+		t.Fatalf("state %v, want completed", st)
+	}
+	if len(asked) != 1 || !strings.Contains(asked[0], "https://fraud-review.example/authorize") || !strings.Contains(asked[0], "never forwards your credentials") {
+		t.Fatalf("asked %q", asked)
+	}
+	st := p.s.agent.Stats()
+	if st.BriefsReceived != 1 || strings.Contains(string(st.Received[0]), token) {
+		t.Errorf("agent: %d briefs; the token must never reach it", st.BriefsReceived)
+	}
+	rec, _, _ := p.s.d.Service.Tasks.Get(context.Background(), res.StructuredContent.(map[string]any)["task_id"].(string))
+	if rec.Turns != 1 {
+		t.Errorf("turns %d: nothing may be sent to the agent for auth-required", rec.Turns)
+	}
+}
+
+// Keys from a JWKS URL (keyfunc) and an RS256 PEM key both verify; a token
+// whose kid the JWK Set does not hold is refused.
+func TestJWKSAndRS256Keys(t *testing.T) {
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	point, _ := ec.PublicKey.Bytes() // 0x04 || X || Y
+	jwks := fmt.Sprintf(`{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","alg":"ES256","use":"sig","x":%q,"y":%q}]}`,
+		base64.RawURLEncoding.EncodeToString(point[1:33]), base64.RawURLEncoding.EncodeToString(point[33:65]))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(jwks))
+	}))
+	defer srv.Close()
+	s := startWithAuth(t, nil, mcpedge.AuthConfig{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL})
+	p := &idp{s: s}
+	sign := func(kid string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodES256, claims("h", "default", "a2a:read"))
+		tok.Header["kid"] = kid
+		str, err := tok.SignedString(ec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return str
+	}
+	if resp, _ := p.post(t, sign("k1"), initialize); resp.StatusCode != 200 {
+		t.Errorf("JWKS key k1: %d", resp.StatusCode)
+	}
+	if resp, _ := p.post(t, sign("k2"), initialize); resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
+		t.Errorf("unknown kid: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+
+	rk, _ := rsa.GenerateKey(rand.Reader, 2048)
+	der, _ := x509.MarshalPKIXPublicKey(&rk.PublicKey)
+	path := filepath.Join(t.TempDir(), "rsa.pem")
+	_ = os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)
+	rs := &idp{s: startWithAuth(t, nil, mcpedge.AuthConfig{Issuer: testIssuer, Audience: testAudience, PublicKeyFile: path})}
+	tok, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, claims("h", "default", "a2a:read")).SignedString(rk)
+	if resp, _ := rs.post(t, tok, initialize); resp.StatusCode != 200 {
+		t.Errorf("RS256: %d", resp.StatusCode)
+	}
+	ps, _ := jwt.NewWithClaims(jwt.SigningMethodPS256, claims("h", "default", "a2a:read")).SignedString(rk)
+	if resp, _ := rs.post(t, ps, initialize); resp.StatusCode != 401 {
+		t.Errorf("PS256 with an RS256-only configuration: %d, want 401", resp.StatusCode)
+	}
+}
+
+// Cancelling a tools/call stops only the wait: the delegated task goes on.
+func TestCancellingACallLeavesTheTask(t *testing.T) {
+	p := startIDPWith(t, map[string]string{"C-97": "silent"})
+	cs := p.connect(t, p.sign(t, claims("h", "default", "a2a:read a2a:delegate")))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	args := delegateArgs(evidence("C-97", 1999))
+	args["idempotency_key"] = "cancel-the-wait"
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: args}); err == nil {
+		t.Fatal("the call was not cancelled")
+	}
+	// The same key names the task, still open.
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk", "objective": args["objective"], "evidence": args["evidence"],
+		"constraints": args["constraints"], "output_schema": "risk_assessment", "budget": args["budget"],
+		"idempotency_key": "cancel-the-wait", "wait_seconds": 0}})
+	if err != nil || res.IsError {
+		t.Fatalf("delegate again: %v %+v", err, res)
+	}
+	if st := res.StructuredContent.(map[string]any)["state"]; st != "submitted" {
+		t.Errorf("state after the call was cancelled: %v, want submitted (still open)", st)
+	}
+	if n := p.s.agent.Stats().CancelsReceived; n != 0 {
+		t.Errorf("the agent got %d CancelTask", n)
 	}
 }

@@ -26,6 +26,9 @@ const (
 	// ModeSlow behaves normally but stays WORKING for [Config.SlowFor]
 	// (default 3 s) before it completes: crash tests kill a2ad meanwhile.
 	ModeSlow = "slow"
+	// ModeAuthRequired reports TASK_STATE_AUTH_REQUIRED with a sign-in
+	// message for 1 s (as if the user authorized out of band), then goes on.
+	ModeAuthRequired = "auth-required"
 )
 
 // ParseMisbehave parses misbehaviour specs of the form "<mode>:<caseId>";
@@ -46,8 +49,8 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 				return nil, fmt.Errorf("refagent: misbehave %q: want <mode>:<caseId>", item)
 			}
 			if !knownMode(mode) {
-				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s or %s)",
-					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow)
+				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s or %s)",
+					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow, ModeAuthRequired)
 			}
 			if prev, dup := out[caseID]; dup && prev != mode {
 				return nil, fmt.Errorf("refagent: misbehave: case %q given two modes, %q and %q", caseID, prev, mode)
@@ -59,7 +62,7 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 }
 
 func knownMode(m string) bool {
-	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow
+	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow || m == ModeAuthRequired
 }
 
 // evidence is the part of a brief's evidence the fraud-review skill reads.

@@ -58,6 +58,22 @@ func (a *Agent) run(t *task) {
 	if !ok || !ev.status(st) {
 		return
 	}
+	if t.mode == ModeAuthRequired {
+		msg := fmt.Sprintf("Sign in to fraud-review at https://fraud-review.example/authorize to release case %s.", t.ev.CaseID)
+		st, ok := a.advance(t, a2a.TaskStateAuthRequired, t.agentMessage(msg))
+		if !ok || !ev.status(st) {
+			return
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-t.ctx.Done():
+			return
+		}
+		st, ok = a.advance(t, a2a.TaskStateWorking, nil)
+		if !ok || !ev.status(st) {
+			return
+		}
+	}
 	var verified *bool
 	if t.ev.needsReview() {
 		st, ok := a.advance(t, a2a.TaskStateInputRequired, t.agentMessage(t.ev.question()))
