@@ -361,8 +361,13 @@ func TestTokenMintWithAConfiguredKey(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if got := status(mint("--key", keyFile, "--issuer", "https://idp.example.com")); got != 200 {
+	good := mint("--key", keyFile, "--issuer", "https://idp.example.com")
+	if got := status(good); got != 200 {
 		t.Errorf("token signed with the configured key: %d, want 200", got)
+	}
+	sig := good[strings.LastIndexByte(good, '.')+1:]
+	if strings.Contains(d.log.String(), sig) {
+		t.Errorf("a2ad logged the token")
 	}
 	if got := status(mint("--data-dir", filepath.Join(dir, "data"))); got != 401 {
 		t.Errorf("development token: %d, want 401", got)
