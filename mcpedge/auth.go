@@ -14,10 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,6 +138,9 @@ func NewAuthenticator(cfg AuthConfig, dataDir, baseURL string) (*Authenticator, 
 		a.keyfunc = func(*jwt.Token) (any, error) { return key, nil }
 		implied = algorithmsFor(key)
 	case cfg.JWKSURL != "":
+		if u, err := url.Parse(cfg.JWKSURL); err != nil || (u.Scheme != "https" && !loopbackHost(u.Hostname())) {
+			return nil, errors.New("auth: jwks_url must be https (http only on loopback)")
+		}
 		kf, err := keyfunc.NewDefaultOverrideCtx(context.Background(), []string{cfg.JWKSURL}, keyfunc.Override{HTTPTimeout: 10 * time.Second})
 		if err != nil {
 			return nil, fmt.Errorf("auth: jwks_url: %w", err)
@@ -209,8 +215,13 @@ func (a *Authenticator) Development() bool { return a.dev }
 // a *TokenError.
 func (a *Authenticator) Verify(token string) (*auth.TokenInfo, error) {
 	claims := jwt.MapClaims{}
-	if _, err := a.parser.ParseWithClaims(token, claims, a.keyfunc); err != nil {
+	tok, err := a.parser.ParseWithClaims(token, claims, a.keyfunc)
+	if err != nil {
 		return nil, &TokenError{Reason: reason(err)}
+	}
+	if _, crit := tok.Header["crit"]; crit {
+		// RFC 7515 §4.1.11: extensions a2ad does not understand.
+		return nil, &TokenError{Reason: "critical header extensions are not supported"}
 	}
 	sub, _ := claims["sub"].(string)
 	tenant, _ := claims[a.cfg.TenantClaim].(string)
@@ -220,12 +231,39 @@ func (a *Authenticator) Verify(token string) (*auth.TokenInfo, error) {
 	if tenant == "" {
 		return nil, &TokenError{Reason: "no " + a.cfg.TenantClaim + " claim"}
 	}
+	if !printable(sub) || !printable(tenant) {
+		return nil, &TokenError{Reason: "sub or " + a.cfg.TenantClaim + " holds control characters or is longer than 256 bytes"}
+	}
 	scope, _ := claims["scope"].(string)
 	exp, _ := claims.GetExpirationTime()
 	return &auth.TokenInfo{
-		Scopes: strings.Fields(scope), Expiration: exp.Time, UserID: tenant + "/" + sub,
+		// UserID binds sessions to the token's user: quoted, so that no
+		// tenant and sub pair reads as another.
+		Scopes: strings.Fields(scope), Expiration: exp.Time, UserID: strconv.Quote(tenant) + "/" + strconv.Quote(sub),
 		Extra: map[string]any{"sub": sub, "tenant": tenant},
 	}, nil
+}
+
+// printable reports a claim fit to name a principal: at most 256 bytes, no
+// control characters.
+func printable(s string) bool {
+	if len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // reason is a short, token-free description of a verification failure.
@@ -391,17 +429,35 @@ type readCloser struct {
 }
 
 // calledTool returns the tool a JSON-RPC tools/call request names.
+//
+// Keys are matched exactly, as the SDK matches them (encoding/json alone
+// folds case, so {"name":…,"Name":…} could name another tool than the one
+// the SDK calls); a body with a near-miss key is taken to name every tool.
 func calledTool(body []byte) (string, bool) {
-	var m struct {
-		Method string `json:"method"`
-		Params struct {
-			Name string `json:"name"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &m) != nil || m.Method != "tools/call" {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
 		return "", false
 	}
-	return m.Params.Name, true
+	var method string
+	if json.Unmarshal(m["method"], &method) != nil || method != "tools/call" || foldedDuplicate(m, "method") {
+		return "", false
+	}
+	var params map[string]json.RawMessage
+	var name string
+	if json.Unmarshal(m["params"], &params) != nil || json.Unmarshal(params["name"], &name) != nil || foldedDuplicate(params, "name") {
+		return "delegate", true // unclear: demand the strongest tool scope
+	}
+	return name, true
+}
+
+// foldedDuplicate reports a key other than key that equals it under case folding.
+func foldedDuplicate(m map[string]json.RawMessage, key string) bool {
+	for k := range m {
+		if k != key && strings.EqualFold(k, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // MetadataHandler serves the RFC 9728 protected resource metadata.
@@ -433,6 +489,7 @@ func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middlew
 					lr.Tools = slices.DeleteFunc(slices.Clone(lr.Tools), func(t *mcp.Tool) bool {
 						return !slices.Contains(p.Scopes, ToolScopes[t.Name])
 					})
+					lr.CacheScope = "private" // filtered for this principal
 				}
 				return res, err
 			case "tools/call":

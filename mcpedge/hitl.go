@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -96,8 +97,8 @@ func canAsk(req *mcp.CallToolRequest) bool {
 // that can ask its user; ok is false when the host cannot, or the task is
 // not waiting for an answer.
 func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.Record) (*mcp.CallToolResult, bool) {
-	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) {
-		return nil, false
+	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) || !slices.Contains(p.Scopes, ScopeDelegate) {
+		return nil, false // answering needs a2a:delegate, as task_respond does
 	}
 	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix()}
 	// The agent's text is data for the user, quoted.
@@ -127,6 +128,9 @@ var authSchema = json.RawMessage(`{"type":"object","properties":{"done":{"type":
 // call waits again. A declined or cancelled request returns the task as it
 // is, question included, for the host to answer with task_respond.
 func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int) (*mcp.CallToolResult, TaskOutput, error) {
+	if !slices.Contains(p.Scopes, ScopeDelegate) {
+		return nil, TaskOutput{}, &ToolError{Code: "insufficient_scope", Err: fmt.Errorf("answering a question needs scope %s", ScopeDelegate)}
+	}
 	c, err := openState(e.stateKey, p, req.Params.RequestState, time.Now())
 	if err != nil {
 		return nil, TaskOutput{}, &ToolError{Code: "invalid_argument", Err: err}

@@ -41,6 +41,9 @@ type Transition struct {
 	Reason  string    `json:"reason,omitempty"`
 	Refused bool      `json:"refused,omitempty"`
 	MsgID   string    `json:"msg_id,omitempty"`
+	// By is the subject of the host principal behind a host transition
+	// (submit, answer, cancel): tasks are shared within their tenant.
+	By string `json:"by,omitempty"`
 }
 
 // Artifact is a validated artifact as hosts receive it.

@@ -681,7 +681,13 @@ func TestRestartWith100kOpenTasks(t *testing.T) {
 
 	// Store the open tasks straight into the KV bucket, as earlier
 	// delegations would have left them: working, deadline in an hour.
-	nc, err := nats.Connect(natsURL)
+	// As an operator's tool on the daemon's host: the embedded server's
+	// "a2ad" user, password from the data directory.
+	pw, err := os.ReadFile(filepath.Join(dataDir, "nats", "daemon-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func envOr(k, def string) string {
 // getJSON fetches path from the admin API and decodes it into v; it returns
 // the raw body for --json.
 func getJSON(server, token, dataDir, path string, v any) ([]byte, error) {
-	tok, err := adminToken(token, dataDir)
+	tok, err := adminToken(server, token, dataDir)
 	if err != nil {
 		return nil, err
 	}

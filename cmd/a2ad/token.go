@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -79,12 +80,28 @@ func newToken() *cobra.Command {
 // adminToken is the bearer token `a2ad tasks` sends: --token or A2AD_TOKEN,
 // else a 5-minute a2a:admin token minted with the development key of
 // dataDir when it has one (an operator on the daemon's host).
-func adminToken(token, dataDir string) (string, error) {
+//
+// The minted token goes only to the daemon it is for: server must be the
+// origin of the audience that daemon verifies.
+func adminToken(server, token, dataDir string) (string, error) {
 	if token != "" {
 		return token, nil
 	}
 	if _, err := os.Stat(mcpedge.DevKeyPath(dataDir)); err != nil {
 		return "", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key")
 	}
-	return mcpedge.MintDevToken(dataDir, devAudience(dataDir), "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
+	aud := devAudience(dataDir)
+	if origin(aud) != origin(server) {
+		return "", fmt.Errorf("--data-dir's daemon verifies tokens for %s, not %s: pass --token (or A2AD_TOKEN) for that server", origin(aud), origin(server))
+	}
+	return mcpedge.MintDevToken(dataDir, aud, "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
+}
+
+// origin is scheme://host:port of a URL ("" if it is not one).
+func origin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }

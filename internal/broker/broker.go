@@ -109,7 +109,8 @@ func newTaskID() string {
 // check: one atomic KV create, no separate index that a crash could leave
 // half-written.
 func idempotentTaskID(tenant, key string) string {
-	h := sha256.Sum256([]byte("a2ad/idempotency\x00" + tenant + "\x00" + key))
+	// Length-prefixed, so no (tenant, key) pair hashes as another.
+	h := sha256.Sum256(fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key))
 	return "tsk-" + hex.EncodeToString(h[:12])
 }
 
@@ -157,7 +158,7 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 		IdempotencyKey: req.IdempotencyKey, State: task.Submitted, Turns: 1,
 		Deadline:  now.Add(time.Duration(b.Budget.DeadlineSeconds) * time.Second),
 		CreatedAt: now, UpdatedAt: now,
-		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost}},
+		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: p.Subject}},
 	}
 	md := metadata(r)
 	params, err := json.Marshal(a2a.SendMessageRequest{
@@ -342,6 +343,7 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 		if err := r.Move(now, task.EventResume, task.SourceHost, "answered", ""); err != nil {
 			return err
 		}
+		r.History[len(r.History)-1].By = p.Subject
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
 			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
 		wrote = params
@@ -377,10 +379,10 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id string) (*task.Rec
 	if r.State.Terminal() {
 		return r, fmt.Errorf("%w (state %s)", ErrTerminal, r.State)
 	}
-	return s.cancel(ctx, id, task.SourceHost, task.ReasonCanceledByHost)
+	return s.cancel(ctx, id, task.SourceHost, task.ReasonCanceledByHost, p.Subject)
 }
 
-func (s *Service) cancel(ctx context.Context, id, source, reason string) (*task.Record, error) {
+func (s *Service) cancel(ctx context.Context, id, source, reason, by string) (*task.Record, error) {
 	moved := false
 	r, err := s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
 		if r.State.Terminal() {
@@ -390,6 +392,7 @@ func (s *Service) cancel(ctx context.Context, id, source, reason string) (*task.
 		if err := r.Move(now, task.EventCancel, source, reason, ""); err != nil {
 			return err
 		}
+		r.History[len(r.History)-1].By = by
 		moved = true
 		switch {
 		case r.AgentTaskID != "":

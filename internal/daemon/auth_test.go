@@ -115,6 +115,10 @@ func TestBearerTokensAreVerified(t *testing.T) {
 	delete(noTenant, "tenant")
 	algNone, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims("h", "default", "a2a:read")).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	hsWithPublicKey, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("h", "default", "a2a:read")).SignedString(p.pubPEM)
+	critTok := jwt.NewWithClaims(jwt.SigningMethodES256, claims("h", "default", "a2a:read"))
+	critTok.Header["crit"] = []string{"x-a2ad-unknown"}
+	critTok.Header["x-a2ad-unknown"] = true
+	critical, _ := critTok.SignedString(p.key)
 	otherKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	foreignKey, _ := jwt.NewWithClaims(jwt.SigningMethodES256, claims("h", "default", "a2a:read")).SignedString(otherKey)
 
@@ -134,6 +138,9 @@ func TestBearerTokensAreVerified(t *testing.T) {
 		{"HS256 signed with the public key", "Bearer " + hsWithPublicKey, 401, invalid("bad signature or algorithm not allowed")},
 		{"another key", "Bearer " + foreignKey, 401, invalid("bad signature or algorithm not allowed")},
 		{"no tenant", "Bearer " + p.sign(t, noTenant), 401, invalid("no tenant claim")},
+		{"control character in tenant", "Bearer " + p.sign(t, claims("h", "a\x00b", "a2a:read")), 401,
+			invalid("sub or tenant holds control characters or is longer than 256 bytes")},
+		{"unknown critical header", "Bearer " + critical, 401, invalid("critical header extensions are not supported")},
 		{"no a2a:read", "Bearer " + p.sign(t, claims("h", "default", "a2a:delegate")), 403,
 			`Bearer ` + meta + `, error="insufficient_scope", error_description="this request needs scope a2a:read", scope="a2a:read"`},
 	} {
@@ -205,6 +212,14 @@ func TestScopesPerTool(t *testing.T) {
 	want := `Bearer resource_metadata="` + p.s.d.HTTPURL + `/.well-known/oauth-protected-resource", error="insufficient_scope", error_description="tool delegate needs scope a2a:delegate", scope="a2a:delegate"`
 	if resp.StatusCode != 403 || resp.Header.Get("WWW-Authenticate") != want {
 		t.Errorf("delegate with a2a:read: %d %q\nwant 403 %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), want)
+	}
+
+	// A body naming the tool twice, in two cases, is held to the strongest scope.
+	if resp, _ := p.post(t, reader, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delegate","Name":"task_get","arguments":{}}}`); resp.StatusCode != 403 {
+		t.Errorf("case-folded duplicate name: %d, want 403", resp.StatusCode)
+	}
+	if res.CacheScope != "private" {
+		t.Errorf("a filtered tools/list has cacheScope %q, want private", res.CacheScope)
 	}
 
 	// The admin API needs a2a:admin.
@@ -438,6 +453,31 @@ func TestRequestStateIsBoundAndProtected(t *testing.T) {
 	}
 	if n := p.s.agent.Stats(); n.BriefsReceived != 1 {
 		t.Fatalf("agent briefs %d", n.BriefsReceived)
+	}
+	// A read-only principal of the same tenant is shown the question, never
+	// asked it, and cannot answer with a state it was given.
+	client2 := mcp.NewClient(&mcp.Implementation{Name: "reader", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+	})
+	ro, err := client2.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.s.d.HTTPURL + "/mcp",
+		HTTPClient: mcpedge.BearerClient(p.sign(t, claims("reader", "default", "a2a:read")))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	taskID := func() string {
+		rec, _ := p.s.d.Service.Tasks.List(ctx)
+		return rec[0].ID
+	}()
+	g, err := ro.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": taskID}})
+	if err != nil || g.IsError || g.InputRequests != nil || g.StructuredContent.(map[string]any)["question"] == "" {
+		t.Errorf("read-only task_get: %v %+v", err, g)
+	}
+	if r, err := ro.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": taskID},
+		InputResponses: answer, RequestState: res.RequestState}); err != nil || !r.IsError ||
+		!strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "insufficient_scope:") {
+		t.Errorf("read-only answer: %v %+v", err, r)
 	}
 	if r := retry(alice, res.RequestState); r.IsError || r.StructuredContent.(map[string]any)["state"] != "completed" {
 		t.Errorf("the genuine state: %+v", r)

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,16 +79,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		if d.lock, err = lockDir(cfg.DataDir); err != nil {
 			return nil, err
 		}
+		password, perr := daemonPassword(cfg.DataDir)
+		if perr != nil {
+			return nil, perr
+		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
-			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore})
+			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password})
 		if err != nil {
 			return nil, err
 		}
 		d.NATSURL = d.ns.ClientURL()
-		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"))
+		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"), nats.UserInfo(embedded.DaemonUser, password),
+			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix))
 	} else {
 		d.NATSURL = cfg.NATSURL
 		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 	}
@@ -198,6 +206,32 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	ok = true
 	return d, nil
+}
+
+// DaemonPasswordPath is where the password of the embedded NATS server's
+// "a2ad" user lives (mode 0600): operators' tools on the same host connect
+// with it; agents connect without credentials and get agent permissions.
+func DaemonPasswordPath(dataDir string) string {
+	return filepath.Join(dataDir, "nats", "daemon-password")
+}
+
+func daemonPassword(dataDir string) (string, error) {
+	p := DaemonPasswordPath(dataDir)
+	if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) >= 32 {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(b[:])
+	if err := os.WriteFile(p, []byte(pw+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	return pw, nil
 }
 
 // SecretsBucket holds secrets every instance shares (the HMAC key of MCP

@@ -591,3 +591,70 @@ func TestSecondDaemonOnSameDataDirIsRefused(t *testing.T) {
 	}
 	d2.Stop()
 }
+
+// On the embedded server, a client without credentials is an agent: it may
+// publish events (with JetStream acks) and register, but never reach the
+// JetStream API, the KV buckets or the shared secrets; the daemon's user,
+// whose password is in the data directory, may.
+func TestEmbeddedNATSKeepsAgentsOutOfTheStores(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1"}, log, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	violations := make(chan error, 8)
+	agent, err := nats.Connect(d.NATSURL, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	ajs, _ := jetstream.New(agent)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := ajs.KeyValue(ctx, daemon.SecretsBucket); err == nil {
+		t.Error("an agent opened the secrets bucket")
+	}
+	if _, err := agent.Subscribe("$KV.a2ad_tasks.>", func(*nats.Msg) {}); err == nil {
+		_ = agent.Flush()
+		select {
+		case v := <-violations:
+			if !strings.Contains(strings.ToLower(v.Error()), "permissions violation") {
+				t.Errorf("subscribing to task records: %v", v)
+			}
+		case <-time.After(2 * time.Second):
+			t.Error("an agent subscribed to the task records")
+		}
+	}
+	if _, err := agent.Subscribe("_A2AD_INBOX.>", func(*nats.Msg) {}); err == nil {
+		_ = agent.Flush()
+		select {
+		case <-violations:
+		case <-time.After(2 * time.Second):
+			t.Error("an agent subscribed to the daemon's inbox, where KV watches deliver")
+		}
+	}
+	m := nats.NewMsg(natsbind.EventsSubject("fraud-review", "tsk-x"))
+	m.Data = []byte(`{"statusUpdate":{"taskId":"a","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}`)
+	m.Header.Set(natsbind.HeaderMsgID, "tsk-x.1")
+	if _, err := ajs.PublishMsg(context.Background(), m); err != nil {
+		t.Errorf("an agent's event was not acknowledged: %v", err)
+	}
+	pw, err := os.ReadFile(daemon.DaemonPasswordPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(daemon.DaemonPasswordPath(dir)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("password file mode %v", fi.Mode().Perm())
+	}
+	op, err := nats.Connect(d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	ojs, _ := jetstream.New(op)
+	if _, err := ojs.KeyValue(context.Background(), daemon.SecretsBucket); err != nil {
+		t.Errorf("the daemon's user: %v", err)
+	}
+}
