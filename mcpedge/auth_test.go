@@ -2,11 +2,13 @@ package mcpedge
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 )
 
@@ -95,4 +97,36 @@ func FuzzOpenState(f *testing.F) {
 			t.Fatalf("error %v is not ErrRequestState", err)
 		}
 	})
+}
+
+// HS256 with a secret file (development) verifies; exp allows the
+// configured leeway (30 s) and no more.
+func TestHS256SecretAndLeeway(t *testing.T) {
+	dir := t.TempDir()
+	secret := []byte("0123456789abcdef0123456789abcdef-dev")
+	path := dir + "/hs256"
+	if err := os.WriteFile(path, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewAuthenticator(AuthConfig{Issuer: "dev", Audience: "aud", HS256SecretFile: path}, dir, "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sign := func(exp time.Time) string {
+		s, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": "dev", "aud": "aud", "sub": "h", "tenant": "t",
+			"scope": "a2a:read", "iat": exp.Add(-time.Hour).Unix(), "exp": exp.Unix()}).SignedString(secret)
+		return s
+	}
+	if _, err := a.Verify(sign(time.Now().Add(time.Hour))); err != nil {
+		t.Errorf("HS256 token: %v", err)
+	}
+	if _, err := a.Verify(sign(time.Now().Add(-20 * time.Second))); err != nil {
+		t.Errorf("expired 20 s ago, within the 30 s leeway: %v", err)
+	}
+	if _, err := a.Verify(sign(time.Now().Add(-40 * time.Second))); err == nil || err.Error() != "invalid token: expired" {
+		t.Errorf("expired 40 s ago: %v, want invalid token: expired", err)
+	}
+	if _, err := NewAuthenticator(AuthConfig{Issuer: "dev", HS256SecretFile: path, Algorithms: []string{"ES256"}}, dir, "http://127.0.0.1:1"); err == nil {
+		t.Error("ES256 with an HS256 secret was accepted")
+	}
 }
