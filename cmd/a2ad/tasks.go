@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,7 +23,12 @@ func newTasks() *cobra.Command {
 		Use:   "tasks",
 		Short: "Show delegated tasks of the running daemon (admin API)",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", envOr("A2AD_SERVER", "http://127.0.0.1:8080"), "a2ad HTTP base URL (env A2AD_SERVER)")
+	cmd.PersistentFlags().StringVar(&server, "server", os.Getenv("A2AD_SERVER"), "a2ad HTTP base URL (env A2AD_SERVER; default: the address the daemon of --data-dir serves, else http://127.0.0.1:8080)")
+	cmd.PersistentPreRun = func(*cobra.Command, []string) {
+		if server == "" {
+			server = cmp.Or(serverOf(dataDir), "http://127.0.0.1:8080")
+		}
+	}
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
 	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
@@ -64,13 +70,6 @@ func newTasks() *cobra.Command {
 	}
 	cmd.AddCommand(list, get)
 	return cmd
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 // getJSON fetches path from the admin API and decodes it into v; it returns

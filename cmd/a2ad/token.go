@@ -55,6 +55,9 @@ func newToken() *cobra.Command {
 				}
 				tok, err = mcpedge.MintToken(key, issuer, audience, sub, tenant, scope, ttl)
 			} else {
+				if _, serr := os.Stat(mcpedge.DevKeyPath(dataDir)); serr != nil {
+					return fmt.Errorf("token mint: no development key in %s: start `a2ad serve --data-dir %s` first (it makes one), or pass the --data-dir of the daemon the token is for", dataDir, dataDir)
+				}
 				tok, err = mcpedge.MintDevToken(dataDir, audience, sub, tenant, scope, ttl)
 			}
 			if err != nil {
@@ -77,6 +80,16 @@ func newToken() *cobra.Command {
 	return cmd
 }
 
+// serverOf is the base URL of the daemon on dataDir, from the audience it
+// recorded at start ("" if none).
+func serverOf(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, "auth", "audience"))
+	if err != nil {
+		return ""
+	}
+	return origin(string(bytes.TrimSpace(b)))
+}
+
 // adminToken is the bearer token `a2ad tasks` sends: --token or A2AD_TOKEN,
 // else a 5-minute a2a:admin token minted with the development key of
 // dataDir when it has one (an operator on the daemon's host).
@@ -92,7 +105,8 @@ func adminToken(server, token, dataDir string) (string, error) {
 	}
 	aud := devAudience(dataDir)
 	if origin(aud) != origin(server) {
-		return "", fmt.Errorf("--data-dir's daemon verifies tokens for %s, not %s: pass --token (or A2AD_TOKEN) for that server", origin(aud), origin(server))
+		return "", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
+			dataDir, origin(aud), origin(server), origin(aud), origin(server))
 	}
 	return mcpedge.MintDevToken(dataDir, aud, "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
 }
