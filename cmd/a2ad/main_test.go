@@ -369,8 +369,17 @@ func TestTokenMintWithAConfiguredKey(t *testing.T) {
 	if strings.Contains(d.log.String(), sig) {
 		t.Errorf("a2ad logged the token")
 	}
-	if got := status(mint("--data-dir", filepath.Join(dir, "data"))); got != 401 {
-		t.Errorf("development token: %d, want 401", got)
+	dev, err := mcpedge.MintDevToken(t.TempDir(), "https://a2ad.example.com/mcp", "h", "default", "a2a:read", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := status(dev); got != 401 {
+		t.Errorf("a token from some development key: %d, want 401", got)
+	}
+	// This daemon has no development key: the CLI says so rather than make one.
+	if out, err := exec.Command(bin, "token", "mint", "--sub", "h", "--data-dir", filepath.Join(dir, "data")).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "no development key in") {
+		t.Errorf("token mint without a development key: %v %s", err, out)
 	}
 	out, err := exec.Command(bin, "token", "mint", "--sub", "h", "--key", keyFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--key needs --issuer") {
