@@ -3,6 +3,7 @@
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
 //	a2ad demo
 //	a2ad tasks list|get ID [--server URL] [--json] [--token T | --data-dir D]
+//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
 //
 // This file only parses flags and wires packages.
@@ -35,7 +36,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(), newDemo(), newTasks(), newToken())
+	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newToken())
 	return root
 }
 

@@ -386,3 +386,55 @@ func TestTokenMintWithAConfiguredKey(t *testing.T) {
 		t.Errorf("--key without --issuer: %v %s", err, out)
 	}
 }
+
+// An operator approves a configured agent at the fingerprint it reviewed,
+// and quarantines it again, with `a2ad agents` against the running daemon.
+func TestAgentsCLIApproveAndQuarantine(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a2ad.yaml")
+	_ = os.WriteFile(cfg, []byte("agents:\n  - id: fraud-review\n    tenants: [default]\n"), 0o600) // explicit approval
+	dataDir := filepath.Join(dir, "data")
+	d := startDaemon(t, nil, "--config", cfg, "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
+	agentOn(t, d.NATS, nil)
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append(args, "--data-dir", dataDir)...).CombinedOutput()
+		return string(out), err
+	}
+	var rec struct {
+		Status      string `json:"status"`
+		Fingerprint string `json:"fingerprint"`
+		Delegable   bool   `json:"delegable"`
+	}
+	waitUntil(t, "the agent's registration", func() bool {
+		out, err := run("agents", "show", "fraud-review", "--json")
+		return err == nil && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == "pending"
+	})
+	if rec.Fingerprint != "sha256:25def1edcba40677aa566a020fe76c1d30dc9124faf5eaaafbdff4e119f157a5" || rec.Delegable {
+		t.Fatalf("pending agent: %+v", rec)
+	}
+	if out, _ := run("agents", "list"); !regexp.MustCompile(`(?m)^fraud-review\s+pending\s+false\s+sha256:25def1ed`).MatchString(out) {
+		t.Errorf("agents list:\n%s", out)
+	}
+	h := connectHost(t, d)
+	args := delegateArgs("C-7", 1999, "", 5)
+	if out, err := h.call("delegate", args); err != nil || !strings.HasPrefix(out.ErrText, "agent_not_found:") {
+		t.Errorf("delegate to a pending agent (invisible to hosts until approved): %v %q", err, out.ErrText)
+	}
+	if out, err := run("agents", "approve", "fraud-review", "--fingerprint", "sha256:0000"); err == nil || !strings.Contains(out, "fingerprint_mismatch") {
+		t.Errorf("approve at another fingerprint: %v %s", err, out)
+	}
+	if out, err := run("agents", "approve", "fraud-review", "--fingerprint", rec.Fingerprint); err != nil ||
+		!regexp.MustCompile(`(?m)^Status:\s+approved$`).MatchString(out) || !regexp.MustCompile(`(?m)^Delegable:\s+true$`).MatchString(out) {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	if got := h.mustCall("delegate", args); got.State != "completed" {
+		t.Errorf("delegate after approval: %s", got.State)
+	}
+	if out, err := run("agents", "quarantine", "fraud-review", "--reason", "card under review"); err != nil || !strings.Contains(out, "quarantined") {
+		t.Fatalf("quarantine: %v\n%s", err, out)
+	}
+	if out, err := h.call("delegate", delegateArgs("C-8", 1999, "", 5)); err != nil || !strings.HasPrefix(out.ErrText, "agent_not_delegable:") ||
+		!strings.Contains(out.ErrText, "card under review") {
+		t.Errorf("delegate to a quarantined agent: %v %q", err, out.ErrText)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -75,13 +76,30 @@ func newTasks() *cobra.Command {
 // getJSON fetches path from the admin API and decodes it into v; it returns
 // the raw body for --json.
 func getJSON(server, token, dataDir, path string, v any) ([]byte, error) {
+	return callJSON(http.MethodGet, server, token, dataDir, path, nil, v)
+}
+
+// callJSON sends method with an optional JSON body to the admin API and
+// decodes the answer into v; it returns the raw answer for --json.
+func callJSON(method, server, token, dataDir, path string, body any, v any) ([]byte, error) {
 	tok, err := adminToken(server, token, dataDir)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(server, "/")+path, nil)
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, strings.TrimRight(server, "/")+path, rd)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	c := &http.Client{Timeout: 10 * time.Second}

@@ -19,6 +19,9 @@ import (
 //	GET /v1/tasks          {"tasks":[Record…]} newest first
 //	GET /v1/tasks/{id}     Record with its full history
 //	GET /v1/agents         {"agents":[agentcard.Record…]}
+//	GET /v1/agents/{id}    agentcard.Record
+//	POST /v1/agents/{id}/approve     {"fingerprint":"sha256:…"} → Record (409 fingerprint_mismatch)
+//	POST /v1/agents/{id}/quarantine  {"reason":"…"} → Record
 //
 // Records never carry unvalidated artifact content, nor the brief or
 // answer bytes waiting in a task's outbox. Errors are
@@ -62,7 +65,59 @@ func Handler(svc *broker.Service) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"agents": recs})
 	})
+	mux.HandleFunc("GET /v1/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
+		rec, err := svc.Agents.Get(r.Context(), r.PathValue("id"))
+		agentAnswer(w, rec, err)
+	})
+	mux.HandleFunc("POST /v1/agents/{id}/approve", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Fingerprint string `json:"fingerprint"`
+		}
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		if body.Fingerprint == "" {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "fingerprint is required: approve the card you have seen (a2ad agents show)")
+			return
+		}
+		rec, err := svc.Agents.Approve(r.Context(), r.PathValue("id"), body.Fingerprint)
+		agentAnswer(w, rec, err)
+	})
+	mux.HandleFunc("POST /v1/agents/{id}/quarantine", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reason string `json:"reason"`
+		}
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		rec, err := svc.Agents.Quarantine(r.Context(), r.PathValue("id"), body.Reason)
+		agentAnswer(w, rec, err)
+	})
 	return mux
+}
+
+// decodeBody reads a small JSON body strictly; on failure it has answered 400.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, "invalid_argument", "body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func agentAnswer(w http.ResponseWriter, rec *agentcard.Record, err error) {
+	switch {
+	case errors.Is(err, agentcard.ErrAgentNotFound):
+		writeErr(w, http.StatusNotFound, "agent_not_found", "no agent registered under that id")
+	case errors.Is(err, agentcard.ErrFingerprintMismatch):
+		writeErr(w, http.StatusConflict, "fingerprint_mismatch", err.Error())
+	case err != nil:
+		writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, rec)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
