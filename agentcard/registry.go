@@ -78,6 +78,10 @@ type Record struct {
 	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
 	RegisteredAt       time.Time `json:"registered_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
+	// Warnings flag card text phrased as instructions to a model
+	// ([InjectionWarnings]): for the operator's review. They do not change
+	// the status; card text reaches hosts as data either way.
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 // ErrAgentNotFound means the agent is not registered, or not visible to the
@@ -242,6 +246,7 @@ func (r *Registry) registration(old *Record, agentID string, raw []byte, card *C
 // configuration.
 func (r *Registry) derive(rec *Record, card *Card) {
 	rec.Tenants = slices.Clone(r.agents[rec.AgentID].Tenants)
+	rec.Warnings = InjectionWarnings(card)
 	rec.Delegable, rec.NotDelegableReason = false, ""
 	switch {
 	case rec.Status != StatusApproved:

@@ -124,6 +124,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	fmt.Fprintf(tw, "Fingerprint:\t%s\n", a.Fingerprint)
 	fmt.Fprintf(tw, "Approved:\t%s\n", cmp.Or(a.ApprovedFingerprint, "-"))
 	fmt.Fprintf(tw, "Tenants:\t%v\n", a.Tenants)
+	for _, w := range a.Warnings {
+		fmt.Fprintf(tw, "Warning:\tcard text phrased as instructions to a model, %s\n", w)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
