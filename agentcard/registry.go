@@ -52,6 +52,11 @@ type AgentConfig struct {
 	TrustOnFirstUse bool `yaml:"trust_on_first_use"`
 	// ApprovedFingerprint pins a card, as [Fingerprint] computes it.
 	ApprovedFingerprint string `yaml:"approved_fingerprint"`
+	// CardURL, when set, is where a2ad fetches the agent's card (e.g.
+	// https://host/.well-known/agent-card.json) and refetches it as its
+	// Cache-Control says; each fetched card is registered like a card the
+	// agent sent over NATS, so a changed one puts the agent in quarantine.
+	CardURL string `yaml:"card_url"`
 }
 
 // Record is what the registry knows of one agent, stored as JSON in [Bucket]

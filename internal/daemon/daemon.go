@@ -160,6 +160,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
 	}
+	for _, a := range cfg.Agents {
+		if a.CardURL != "" {
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				d.watchCard(runCtx, a.ID, a.CardURL)
+			}()
+		}
+	}
 	var stdioPrincipal *broker.Principal
 	if !serveHTTP {
 		stdioPrincipal = &broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
@@ -334,6 +343,39 @@ func (d *Daemon) register(m *nats.Msg) {
 	}
 	b, _ := json.Marshal(resp)
 	_ = m.Respond(b)
+}
+
+// watchCard fetches agent id's card from url until ctx ends, revalidating
+// with its ETag when its Cache-Control says, and registers each new card.
+func (d *Daemon) watchCard(ctx context.Context, id, url string) {
+	f := &agentcard.Fetcher{}
+	etag := ""
+	for {
+		wait := agentcard.NoCacheRefresh
+		res, err := f.Fetch(ctx, url, etag)
+		switch {
+		case err != nil:
+			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
+		case res.NotModified:
+			wait = time.Until(res.Next)
+		default:
+			wait = time.Until(res.Next)
+			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
+			if err != nil {
+				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
+				break
+			}
+			etag = res.ETag
+			d.log.Info("agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Stop stops taking calls, lets in-flight writes finish, and shuts down

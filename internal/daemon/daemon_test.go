@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -656,5 +657,51 @@ func TestEmbeddedNATSKeepsAgentsOutOfTheStores(t *testing.T) {
 	ojs, _ := jetstream.New(op)
 	if _, err := ojs.KeyValue(context.Background(), daemon.SecretsBucket); err != nil {
 		t.Errorf("the daemon's user: %v", err)
+	}
+}
+
+// A card fetched from its URL that changes between two fetches puts the
+// agent in quarantine: still listed, no longer delegable, until approved.
+func TestFetchedCardThatChangesIsQuarantined(t *testing.T) {
+	var mu sync.Mutex
+	card := a2ad.FraudReviewCard()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "max-age=1")
+		_, _ = w.Write(card)
+	}))
+	defer srv.Close()
+	ns, _, _ := natstest.Start(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: ns.ClientURL(), DataDir: t.TempDir(),
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"},
+			TrustOnFirstUse: true, CardURL: srv.URL + agentcard.WellKnownPath}}}}, log, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	ctx := context.Background()
+	var first *agentcard.Record
+	waitFor(t, "the fetched card to be approved", func() bool {
+		first, err = d.Service.Agents.Get(ctx, "fraud-review")
+		return err == nil && first.Status == agentcard.StatusApproved && first.Delegable
+	})
+	mu.Lock()
+	card = []byte(strings.Replace(string(card), `"version": "1.0.0"`, `"version": "1.1.0"`, 1))
+	mu.Unlock()
+	var rec *agentcard.Record
+	waitFor(t, "the changed card to quarantine the agent", func() bool {
+		rec, err = d.Service.Agents.Get(ctx, "fraud-review")
+		return err == nil && rec.Status == agentcard.StatusQuarantined
+	})
+	if rec.Delegable || rec.Fingerprint == first.Fingerprint || rec.ApprovedFingerprint != first.Fingerprint {
+		t.Errorf("quarantined record: %+v", rec)
+	}
+	_, _, err = d.Service.Agents.ForDelegation(ctx, "default", "fraud-review", "assess_refund_risk")
+	var nd *agentcard.NotDelegableError
+	if !errors.As(err, &nd) {
+		t.Errorf("delegation to the quarantined agent: %v, want NotDelegableError", err)
 	}
 }
