@@ -83,6 +83,11 @@ type Record struct {
 	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
 	RegisteredAt       time.Time `json:"registered_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
+	// ApprovedCard is the card last approved, kept while a changed card holds
+	// the agent in quarantine; Changes are the JSON pointers (RFC 6901) where
+	// the current card differs from it (at most 50), for the operator's review.
+	ApprovedCard json.RawMessage `json:"approved_card,omitempty"`
+	Changes      []string        `json:"changes,omitempty"`
 	// Warnings flag card text phrased as instructions to a model
 	// ([InjectionWarnings]): for the operator's review. They do not change
 	// the status; card text reaches hosts as data either way.
@@ -243,6 +248,18 @@ func (r *Registry) registration(old *Record, agentID string, raw []byte, card *C
 		}
 		rec.Status, rec.StatusReason = StatusQuarantined, changed(rec.ApprovedFingerprint)
 	}
+	// Keep the approved card beside a changed one, and say what changed.
+	if rec.Status == StatusQuarantined && old != nil && fp != rec.ApprovedFingerprint {
+		switch {
+		case len(old.ApprovedCard) > 0:
+			rec.ApprovedCard = old.ApprovedCard
+		case old.Fingerprint == rec.ApprovedFingerprint:
+			rec.ApprovedCard = old.Card
+		}
+		if len(rec.ApprovedCard) > 0 {
+			rec.Changes = Changes(rec.ApprovedCard, rec.Card)
+		}
+	}
 	r.derive(rec, card)
 	return rec
 }
@@ -287,6 +304,7 @@ func (r *Registry) Approve(ctx context.Context, agentID, fingerprint string) (*R
 		}
 		rec := *old
 		rec.Status, rec.StatusReason, rec.ApprovedFingerprint, rec.UpdatedAt = StatusApproved, "", fingerprint, now
+		rec.ApprovedCard, rec.Changes = nil, nil
 		return &rec, r.deriveStored(&rec)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -485,5 +486,27 @@ func TestRegisteredCardWithInjectionPhrasingIsFlagged(t *testing.T) {
 	}
 	if clean := register(t, r, "other", fixture(t)); len(clean.Warnings) != 0 {
 		t.Errorf("the reference card: %v", clean.Warnings)
+	}
+}
+
+// A quarantined agent keeps its approved card beside the changed one, with
+// the pointers where they differ; approving the new card clears both.
+func TestQuarantineKeepsTheApprovedCardAndTheChanges(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	first := register(t, r, agent, fixture(t))
+	changed, changedFP := changedCard(t, "Assesses refund fraud risk, now differently.")
+	q := register(t, r, agent, changed)
+	if q.Status != StatusQuarantined || string(q.ApprovedCard) != string(first.Card) || !slices.Equal(q.Changes, []string{"/description"}) {
+		t.Fatalf("quarantined: status %s changes %v approved card kept %v", q.Status, q.Changes, string(q.ApprovedCard) == string(first.Card))
+	}
+	// Presenting yet another card keeps the approved one as the reference.
+	other, _ := changedCard(t, "Yet another description.")
+	if q2 := register(t, r, agent, other); string(q2.ApprovedCard) != string(first.Card) || !slices.Equal(q2.Changes, []string{"/description"}) {
+		t.Errorf("second change: changes %v", q2.Changes)
+	}
+	_ = register(t, r, agent, changed)
+	a, err := r.Approve(t.Context(), agent, changedFP)
+	if err != nil || a.Status != StatusApproved || a.ApprovedCard != nil || a.Changes != nil {
+		t.Fatalf("approve: %+v %v", a, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/a2ad/a2ad/agentcard"
@@ -124,6 +125,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	fmt.Fprintf(tw, "Fingerprint:\t%s\n", a.Fingerprint)
 	fmt.Fprintf(tw, "Approved:\t%s\n", cmp.Or(a.ApprovedFingerprint, "-"))
 	fmt.Fprintf(tw, "Tenants:\t%v\n", a.Tenants)
+	if len(a.Changes) > 0 {
+		fmt.Fprintf(tw, "Changed:\t%s (from the approved card; --json shows both)\n", strings.Join(a.Changes, ", "))
+	}
 	for _, w := range a.Warnings {
 		fmt.Fprintf(tw, "Warning:\tcard text phrased as instructions to a model, %s\n", w)
 	}

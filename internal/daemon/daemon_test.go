@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -696,7 +697,8 @@ func TestFetchedCardThatChangesIsQuarantined(t *testing.T) {
 		rec, err = d.Service.Agents.Get(ctx, "fraud-review")
 		return err == nil && rec.Status == agentcard.StatusQuarantined
 	})
-	if rec.Delegable || rec.Fingerprint == first.Fingerprint || rec.ApprovedFingerprint != first.Fingerprint {
+	if rec.Delegable || rec.Fingerprint == first.Fingerprint || rec.ApprovedFingerprint != first.Fingerprint ||
+		!slices.Equal(rec.Changes, []string{"/version"}) {
 		t.Errorf("quarantined record: %+v", rec)
 	}
 	_, _, err = d.Service.Agents.ForDelegation(ctx, "default", "fraud-review", "assess_refund_risk")
