@@ -194,6 +194,10 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 	if !natsbind.ValidToken(agentID) {
 		return nil, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
 	}
+	raw, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
+	if err != nil {
+		return nil, err
+	}
 	card, fp, err := parse(raw)
 	if err != nil {
 		return nil, err
