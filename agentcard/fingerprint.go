@@ -34,31 +34,42 @@ func Fingerprint(raw []byte) (string, error) {
 }
 
 func fingerprint(raw []byte) (string, error) {
+	canon, err := SigningInput(raw)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canon)
+	return fingerprintPrefix + hex.EncodeToString(sum[:]), nil
+}
+
+// SigningInput is the RFC 8785 canonical form of a card without its
+// signatures member: what its fingerprint hashes and its JWS signatures
+// sign (A2A 1.0 card signing). Errors are *ValidationError.
+func SigningInput(raw []byte) ([]byte, error) {
 	canon, err := jcs.Transform(raw)
 	if err != nil {
-		return "", invalid("", "cannot canonicalize (RFC 8785): %v", err)
+		return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)
 	}
 	// Canonicalizing first also refuses duplicate members, which decoding
 	// into a map would silently collapse.
 	if len(canon) == 0 || canon[0] != '{' {
-		return "", invalid("", "card must be a JSON object")
+		return nil, invalid("", "card must be a JSON object")
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(canon, &top); err != nil {
-		return "", invalid("", "card must be a JSON object")
+		return nil, invalid("", "card must be a JSON object")
 	}
 	if _, ok := top["signatures"]; ok {
 		delete(top, "signatures")
 		b, err := json.Marshal(top)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if canon, err = jcs.Transform(b); err != nil {
-			return "", invalid("", "cannot canonicalize (RFC 8785): %v", err)
+			return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)
 		}
 	}
-	sum := sha256.Sum256(canon)
-	return fingerprintPrefix + hex.EncodeToString(sum[:]), nil
+	return canon, nil
 }
 
 // validFingerprint reports whether s has the shape Fingerprint returns.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,11 @@ type AgentConfig struct {
 	TrustOnFirstUse bool `yaml:"trust_on_first_use"`
 	// ApprovedFingerprint pins a card, as [Fingerprint] computes it.
 	ApprovedFingerprint string `yaml:"approved_fingerprint"`
+	// SigningKeys are PEM files (public keys or certificates) the operator
+	// pins for the agent's card signatures; RequireSignature refuses a card
+	// none of whose signatures verifies with one of them ([VerifySignatures]).
+	SigningKeys      []string `yaml:"signing_keys"`
+	RequireSignature bool     `yaml:"require_signature"`
 	// CardURL, when set, is where a2ad fetches the agent's card (e.g.
 	// https://host/.well-known/agent-card.json) and refetches it as its
 	// Cache-Control says; each fetched card is registered like a card the
@@ -88,6 +94,9 @@ type Record struct {
 	// the current card differs from it (at most 50), for the operator's review.
 	ApprovedCard json.RawMessage `json:"approved_card,omitempty"`
 	Changes      []string        `json:"changes,omitempty"`
+	// SignatureVerified is true when one of the card's signatures verified
+	// with a key the operator pinned for the agent.
+	SignatureVerified bool `json:"signature_verified,omitempty"`
 	// Warnings flag card text phrased as instructions to a model
 	// ([InjectionWarnings]): for the operator's review. They do not change
 	// the status; card text reaches hosts as data either way.
@@ -127,6 +136,7 @@ const casAttempts = 6
 type Registry struct {
 	kv     jetstream.KeyValue
 	agents map[string]AgentConfig
+	keys   map[string][]crypto.PublicKey // pinned card-signing keys per agent
 	// writers serializes this instance's changes to one agent (striped by
 	// id), so that compare-and-swap retries are spent only on races with
 	// other instances.
@@ -139,6 +149,7 @@ type Registry struct {
 // approved fingerprints shaped as [Fingerprint] returns them.
 func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig, replicas int) (*Registry, error) {
 	agents := make(map[string]AgentConfig, len(cfg))
+	keys := map[string][]crypto.PublicKey{}
 	for i, a := range cfg {
 		switch {
 		case !natsbind.ValidToken(a.ID):
@@ -147,6 +158,15 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 			return nil, fmt.Errorf("agentcard: agent %s: approved_fingerprint %q is not sha256:<64 lowercase hex>", a.ID, truncate(a.ApprovedFingerprint, 80))
 		case slices.Contains(a.Tenants, ""):
 			return nil, fmt.Errorf("agentcard: agent %s: empty tenant name", a.ID)
+		case a.RequireSignature && len(a.SigningKeys) == 0:
+			return nil, fmt.Errorf("agentcard: agent %s: require_signature needs signing_keys to verify with", a.ID)
+		}
+		if len(a.SigningKeys) > 0 {
+			k, err := ReadPublicKeys(a.SigningKeys)
+			if err != nil {
+				return nil, fmt.Errorf("agentcard: agent %s: %w", a.ID, err)
+			}
+			keys[a.ID] = k
 		}
 		if _, dup := agents[a.ID]; dup {
 			return nil, fmt.Errorf("agentcard: agent %s configured twice", a.ID)
@@ -169,7 +189,7 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 	if err != nil {
 		return nil, fmt.Errorf("agentcard: bucket %s: %w", Bucket, err)
 	}
-	return &Registry{kv: kv, agents: agents}, nil
+	return &Registry{kv: kv, agents: agents, keys: keys}, nil
 }
 
 // Register records the card an agent presents, raw being the exact bytes it
@@ -202,6 +222,14 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 	if err != nil {
 		return nil, err
 	}
+	verified := false
+	if keys := r.keys[agentID]; len(keys) > 0 {
+		_, verr := VerifySignatures(raw, keys)
+		if verr != nil && r.agents[agentID].RequireSignature {
+			return nil, verr
+		}
+		verified = verr == nil
+	}
 	// Stored compact, as the record's JSON encoding would anyway; returned
 	// records then equal stored ones.
 	var compact bytes.Buffer
@@ -210,7 +238,9 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 	}
 	raw = compact.Bytes()
 	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
-		return r.registration(old, agentID, raw, card, fp, now), nil
+		rec := r.registration(old, agentID, raw, card, fp, now)
+		rec.SignatureVerified = verified
+		return rec, nil
 	})
 }
 
