@@ -403,18 +403,15 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 		if ti == nil {
 			return
 		}
-		if r.Method == http.MethodPost && r.Body != nil {
-			body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
-			if err != nil {
-				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		r, call, err := peek(r)
+		if err != nil {
+			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if call.method == "tools/call" {
+			if need, known := ToolScopes[call.tool]; known && !slices.Contains(ti.Scopes, need) {
+				a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+call.tool+" needs scope "+need, need)
 				return
-			}
-			r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-			if tool, ok := calledTool(body); ok {
-				if need, known := ToolScopes[tool]; known && !slices.Contains(ti.Scopes, need) {
-					a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+tool+" needs scope "+need, need)
-					return
-				}
 			}
 		}
 		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))
@@ -428,26 +425,52 @@ type readCloser struct {
 	io.Closer
 }
 
-// calledTool returns the tool a JSON-RPC tools/call request names.
+// call is what a POST to /mcp names: its JSON-RPC method and, for
+// tools/call, the tool. It is read once per request (peek) and shared by the
+// scope check and the era routing.
+type call struct{ method, tool string }
+
+type callKey struct{}
+
+// peek returns r with its body readable again and what it names; a
+// request already peeked gets the result of that peek. Only POSTs are read
+// (at most maxPeek bytes).
+func peek(r *http.Request) (*http.Request, call, error) {
+	if c, ok := r.Context().Value(callKey{}).(call); ok {
+		return r, c, nil
+	}
+	if r.Method != http.MethodPost || r.Body == nil {
+		return r, call{}, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
+	if err != nil {
+		return r, call{}, err
+	}
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	c := parseCall(body)
+	return r.WithContext(context.WithValue(r.Context(), callKey{}, c)), c, nil
+}
+
+// parseCall reads a JSON-RPC request's method and, for tools/call, tool.
 //
 // Keys are matched exactly, as the SDK matches them (encoding/json alone
 // folds case, so {"name":…,"Name":…} could name another tool than the one
-// the SDK calls); a body with a near-miss key is taken to name every tool.
-func calledTool(body []byte) (string, bool) {
+// the SDK calls); a tools/call with a near-miss key is taken to name the
+// tool with the strongest scope.
+func parseCall(body []byte) call {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return "", false
+	var c call
+	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["method"], &c.method) != nil || foldedDuplicate(m, "method") {
+		return call{}
 	}
-	var method string
-	if json.Unmarshal(m["method"], &method) != nil || method != "tools/call" || foldedDuplicate(m, "method") {
-		return "", false
+	if c.method != "tools/call" {
+		return c
 	}
 	var params map[string]json.RawMessage
-	var name string
-	if json.Unmarshal(m["params"], &params) != nil || json.Unmarshal(params["name"], &name) != nil || foldedDuplicate(params, "name") {
-		return "delegate", true // unclear: demand the strongest tool scope
+	if json.Unmarshal(m["params"], &params) != nil || json.Unmarshal(params["name"], &c.tool) != nil || foldedDuplicate(params, "name") {
+		c.tool = "delegate" // unclear: demand the strongest tool scope
 	}
-	return name, true
+	return c
 }
 
 // foldedDuplicate reports a key other than key that equals it under case folding.

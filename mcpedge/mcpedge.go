@@ -8,12 +8,10 @@
 package mcpedge
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -132,18 +130,14 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 			stateful.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
+		r, c, err := peek(r) // already peeked by ProtectMCP: not read twice
 		if err != nil {
 			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
-		var m struct {
-			Method string `json:"method"`
-		}
 		// 2026-07-28 has no initialize: such a request (its version header
 		// says so) gets that era's answer from the stateless handler.
-		if json.Unmarshal(body, &m) == nil && m.Method == "initialize" && r.Header.Get("Mcp-Protocol-Version") < "2026-07-28" {
+		if c.method == "initialize" && r.Header.Get("Mcp-Protocol-Version") < "2026-07-28" {
 			stateful.ServeHTTP(w, r)
 			return
 		}

@@ -322,11 +322,6 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 
 func transient(err error) bool { return jsretry.Transient(err) }
 
-// Transient reports whether err is a NATS or JetStream error that a retry
-// may cure (see the Store's retries); callers use it to tell "try again"
-// from "refused".
-func Transient(err error) bool { return jsretry.Transient(err) }
-
 // retry runs op until it succeeds, fails with a non-transient error, ctx
 // ends, or RetryFor has passed.
 func (s *Store) retry(ctx context.Context, op func() error) error {

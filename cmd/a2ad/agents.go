@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -14,24 +13,14 @@ import (
 )
 
 func newAgents() *cobra.Command {
-	var server, token, dataDir string
-	var asJSON bool
+	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "agents",
 		Short: "Show, approve and quarantine agents of the running daemon (admin API)",
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&server, "server", os.Getenv("A2AD_SERVER"), "a2ad HTTP base URL (env A2AD_SERVER; default: the address the daemon of --data-dir serves, else http://127.0.0.1:8080)")
-	pf.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	pf.StringVar(&token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
-	pf.StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
-	cmd.PersistentPreRun = func(*cobra.Command, []string) {
-		if server == "" {
-			server = cmp.Or(serverOf(dataDir), "http://127.0.0.1:8080")
-		}
-	}
+	f.bind(cmd)
 	out := func(c *cobra.Command, raw []byte, rec *agentcard.Record) error {
-		if asJSON {
+		if f.asJSON {
 			_, err := c.OutOrStdout().Write(raw)
 			return err
 		}
@@ -45,11 +34,11 @@ func newAgents() *cobra.Command {
 			var res struct {
 				Agents []agentcard.Record `json:"agents"`
 			}
-			raw, err := getJSON(server, token, dataDir, "/v1/agents", &res)
+			raw, err := f.get("/v1/agents", &res)
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if f.asJSON {
 				_, err := c.OutOrStdout().Write(raw)
 				return err
 			}
@@ -67,7 +56,7 @@ func newAgents() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			var rec agentcard.Record
-			raw, err := getJSON(server, token, dataDir, "/v1/agents/"+url.PathEscape(args[0]), &rec)
+			raw, err := f.get("/v1/agents/"+url.PathEscape(args[0]), &rec)
 			if err != nil {
 				return err
 			}
@@ -81,7 +70,7 @@ func newAgents() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			var rec agentcard.Record
-			raw, err := callJSON("POST", server, token, dataDir, "/v1/agents/"+url.PathEscape(args[0])+"/approve",
+			raw, err := f.call("POST", "/v1/agents/"+url.PathEscape(args[0])+"/approve",
 				map[string]string{"fingerprint": fingerprint}, &rec)
 			if err != nil {
 				return err
@@ -98,7 +87,7 @@ func newAgents() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			var rec agentcard.Record
-			raw, err := callJSON("POST", server, token, dataDir, "/v1/agents/"+url.PathEscape(args[0])+"/quarantine",
+			raw, err := f.call("POST", "/v1/agents/"+url.PathEscape(args[0])+"/quarantine",
 				map[string]string{"reason": reason}, &rec)
 			if err != nil {
 				return err

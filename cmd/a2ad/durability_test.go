@@ -491,28 +491,32 @@ func TestCancelBeforeTheAgentsIDIsKnown(t *testing.T) {
 	waitUntil(t, "the outbox to be empty", func() bool { return getRecord(t, d2, got.TaskID).Outbox == nil })
 }
 
+// restartable starts a2ad and the reference agent for a test that kills and
+// restarts a2ad: on an external NATS ("external-nats"), or with NATS
+// embedded in a2ad ("embedded-nats", the default set-up: the agents' NATS
+// stops with a2ad and they reconnect after the restart, which listens where
+// they connect). It returns the flags to restart with.
+func restartable(t *testing.T, mode string, misbehave map[string]string) (*daemonProc, *refagent.Agent, []string) {
+	t.Helper()
+	if mode == "external-nats" {
+		srv, _, _ := natstest.Start(t)
+		agent := agentOn(t, srv.ClientURL(), misbehave)
+		flags := external(t, srv.ClientURL())
+		return startDaemon(t, nil, flags...), agent, flags
+	}
+	flags := []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
+	d := startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
+	flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
+	return d, agentOn(t, d.NATS, misbehave), flags
+}
+
 // SIGKILL while the agent works: its events are kept by JetStream (external
 // NATS) or retried by the agent until the embedded server is back, and
 // applied when a2ad returns.
 func TestKillWhileAgentWorks(t *testing.T) {
 	for _, mode := range []string{"external-nats", "embedded-nats"} {
 		t.Run(mode, func(t *testing.T) {
-			slow := map[string]string{"C-110": refagent.ModeSlow}
-			var flags []string
-			var agent *refagent.Agent
-			var d *daemonProc
-			if mode == "external-nats" {
-				srv, _, _ := natstest.Start(t)
-				agent = agentOn(t, srv.ClientURL(), slow)
-				flags = external(t, srv.ClientURL())
-				d = startDaemon(t, nil, flags...)
-			} else {
-				flags = []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
-				d = startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
-				// The restart listens where agents already connect.
-				flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
-				agent = agentOn(t, d.NATS, slow)
-			}
+			d, agent, flags := restartable(t, mode, map[string]string{"C-110": refagent.ModeSlow})
 			h := connectHost(t, d)
 			first, err := h.delegateWhenAgentKnown(delegateArgs("C-110", 1999, "", 1))
 			if err != nil || first.State != "working" {
@@ -537,23 +541,7 @@ func TestKillWhileAgentWorks(t *testing.T) {
 func TestDeadlineSurvivesRestart(t *testing.T) {
 	for _, mode := range []string{"external-nats", "embedded-nats"} {
 		t.Run(mode, func(t *testing.T) {
-			silent := map[string]string{"C-120": refagent.ModeSilent}
-			var flags []string
-			var agent *refagent.Agent
-			var d *daemonProc
-			if mode == "external-nats" {
-				srv, _, _ := natstest.Start(t)
-				agent = agentOn(t, srv.ClientURL(), silent)
-				flags = external(t, srv.ClientURL())
-				d = startDaemon(t, nil, flags...)
-			} else {
-				// The default set-up: the agents' NATS stops with a2ad, and
-				// they reconnect only after the restart.
-				flags = []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
-				d = startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
-				flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
-				agent = agentOn(t, d.NATS, silent)
-			}
+			d, agent, flags := restartable(t, mode, map[string]string{"C-120": refagent.ModeSilent})
 			h := connectHost(t, d)
 			args := delegateArgs("C-120", 1999, "", 0)
 			args["budget"] = map[string]any{"deadline_seconds": 3}

@@ -10,8 +10,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,12 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 )
 
 // bin is the real a2ad binary, built once for these tests.
@@ -73,24 +69,7 @@ func writeConfig(t *testing.T) string {
 	return p
 }
 
-func startAgent(t *testing.T, url string) *refagent.Agent {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	a, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	return a
-}
+func startAgent(t *testing.T, url string) *refagent.Agent { t.Helper(); return agentOn(t, url, nil) }
 
 // delegateC7 returns a call of a small refund case that completes at once.
 // Fresh each time: the SDK stamps per-session metadata into the params.

@@ -17,22 +17,43 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// adminFlags are the flags of the commands that talk to the admin API.
+type adminFlags struct {
+	server, token, dataDir string
+	asJSON                 bool
+}
+
+// bind adds the flags to cmd; the server defaults, once parsed, to the
+// address the daemon of --data-dir serves.
+func (f *adminFlags) bind(cmd *cobra.Command) {
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.server, "server", os.Getenv("A2AD_SERVER"), "a2ad HTTP base URL (env A2AD_SERVER; default: the address the daemon of --data-dir serves, else http://127.0.0.1:8080)")
+	pf.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	pf.StringVar(&f.token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
+	pf.StringVar(&f.dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
+	cmd.PersistentPreRun = func(*cobra.Command, []string) {
+		if f.server == "" {
+			f.server = cmp.Or(serverOf(f.dataDir), "http://127.0.0.1:8080")
+		}
+	}
+}
+
+// get and call send a request to the admin API (see callJSON).
+func (f *adminFlags) get(path string, v any) ([]byte, error) {
+	return callJSON("GET", f.server, f.token, f.dataDir, path, nil, v)
+}
+
+func (f *adminFlags) call(method, path string, body, v any) ([]byte, error) {
+	return callJSON(method, f.server, f.token, f.dataDir, path, body, v)
+}
+
 func newTasks() *cobra.Command {
-	var server, token, dataDir string
-	var asJSON bool
+	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "tasks",
 		Short: "Show delegated tasks of the running daemon (admin API)",
 	}
-	cmd.PersistentFlags().StringVar(&server, "server", os.Getenv("A2AD_SERVER"), "a2ad HTTP base URL (env A2AD_SERVER; default: the address the daemon of --data-dir serves, else http://127.0.0.1:8080)")
-	cmd.PersistentPreRun = func(*cobra.Command, []string) {
-		if server == "" {
-			server = cmp.Or(serverOf(dataDir), "http://127.0.0.1:8080")
-		}
-	}
-	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
-	cmd.PersistentFlags().StringVar(&token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
-	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
+	f.bind(cmd)
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every task: id, state, agent, age",
@@ -41,11 +62,11 @@ func newTasks() *cobra.Command {
 			var out struct {
 				Tasks []task.Record `json:"tasks"`
 			}
-			raw, err := getJSON(server, token, dataDir, "/v1/tasks", &out)
+			raw, err := f.get("/v1/tasks", &out)
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if f.asJSON {
 				_, err := cmd.OutOrStdout().Write(raw)
 				return err
 			}
@@ -58,11 +79,11 @@ func newTasks() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rec task.Record
-			raw, err := getJSON(server, token, dataDir, "/v1/tasks/"+url.PathEscape(args[0]), &rec)
+			raw, err := f.get("/v1/tasks/"+url.PathEscape(args[0]), &rec)
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if f.asJSON {
 				_, err := cmd.OutOrStdout().Write(raw)
 				return err
 			}
@@ -71,12 +92,6 @@ func newTasks() *cobra.Command {
 	}
 	cmd.AddCommand(list, get)
 	return cmd
-}
-
-// getJSON fetches path from the admin API and decodes it into v; it returns
-// the raw body for --json.
-func getJSON(server, token, dataDir, path string, v any) ([]byte, error) {
-	return callJSON(http.MethodGet, server, token, dataDir, path, nil, v)
 }
 
 // callJSON sends method with an optional JSON body to the admin API and
