@@ -24,6 +24,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -104,7 +105,7 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 }
 
 func TestServeStdioWithExternalNATS(t *testing.T) {
-	ns, _, _ := natstest.Start(t)
+	ns, _, js := natstest.Start(t)
 	startAgent(t, ns.ClientURL())
 	var stderr lockedBuffer
 	cmd := exec.Command(bin, "serve", "--stdio", "--config", writeConfig(t), "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir())
@@ -145,6 +146,28 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "a2ad serving") {
 		t.Errorf("logs did not go to stderr: %q", stderr.String())
+	}
+	// The stdio principal is the configured one (default: subject local,
+	// tenant default, scopes a2a:read a2a:delegate, so every tool).
+	var out struct {
+		TaskID string `json:"task_id"`
+	}
+	_ = json.Unmarshal(b, &out)
+	kv, err := js.KeyValue(ctx, task.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, out.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec task.Record
+	_ = json.Unmarshal(e.Value(), &rec)
+	if rec.Tenant != "default" || rec.Subject != "local" {
+		t.Errorf("stdio task tenant %q subject %q, want default local", rec.Tenant, rec.Subject)
+	}
+	if tools, err := session.ListTools(ctx, nil); err != nil || len(tools.Tools) != 5 {
+		t.Errorf("stdio tools/list: %v", err)
 	}
 }
 
