@@ -5,8 +5,9 @@
 //
 // Source: A2A specification 1.0 (a2aproject/A2A, docs/specification.md §4.4
 // "Agent discovery objects" and specification/a2a.proto AgentCard). Cards are
-// read in their ProtoJSON (camelCase) shape; the 0.3 shape (top-level url,
-// preferredTransport, additionalInterfaces) is refused for now.
+// read in their ProtoJSON (camelCase) shape; [Parse] refuses the 0.3 shape
+// (top-level url, preferredTransport, additionalInterfaces), which
+// [Normalize] rewrites to 1.0.
 package agentcard
 
 import (

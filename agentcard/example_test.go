@@ -43,3 +43,13 @@ func ExampleFingerprint() {
 	// true
 	// sha256:7d2dcc9860a7e1b64bf7d82fd74fbda53e9644d21e0307c64b724a505fc31952
 }
+
+func ExampleCardURL() {
+	for _, loc := range []string{"https://agent.example.com", "https://cards.example.com/fraud-review.json", "http://agent.example.com"} {
+		fmt.Println(agentcard.CardURL(loc))
+	}
+	// Output:
+	// https://agent.example.com/.well-known/agent-card.json <nil>
+	// https://cards.example.com/fraud-review.json <nil>
+	//  agentcard: card URL "http://agent.example.com": scheme must be https (http only on a loopback host)
+}

@@ -14,7 +14,8 @@ import (
 	"time"
 )
 
-// WellKnownPath is where an agent serves its card (A2A 1.0 §8.2).
+// WellKnownPath is where an agent serves its card on its origin: A2A 1.0
+// §8.2 "Discovery Mechanisms" (the well-known URI, registered in §14.3).
 const WellKnownPath = "/.well-known/agent-card.json"
 
 // Fetch bounds.
@@ -110,23 +111,86 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, err
 	return out, nil
 }
 
-// fetchable refuses URLs a2ad must not fetch a card from: anything but
-// https, except http on a loopback host (local agents, tests).
+// fetchable refuses URLs a2ad must not fetch a card from: see [secureScheme].
 func fetchable(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("%w: %q is not an absolute URL", ErrFetch, rawURL)
 	}
+	if !secureScheme(u) {
+		return fmt.Errorf("%w: %s: cards are fetched over https (http only on loopback)", ErrFetch, rawURL)
+	}
+	return nil
+}
+
+// secureScheme is where a2ad fetches cards from: https, or http on a
+// loopback host (local agents, tests).
+func secureScheme(u *url.URL) bool {
 	switch u.Scheme {
 	case "https":
-		return nil
+		return true
 	case "http":
 		h := u.Hostname()
-		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && ip.IsLoopback()) {
-			return nil
-		}
+		ip := net.ParseIP(h)
+		return h == "localhost" || (ip != nil && ip.IsLoopback())
 	}
-	return fmt.Errorf("%w: %s: cards are fetched over https (http only on loopback)", ErrFetch, rawURL)
+	return false
+}
+
+// CardURLError reports a card location that [CardURL] refuses. URL is the
+// location as configured, with any password redacted ("" if it does not
+// parse as a URL).
+type CardURLError struct {
+	URL    string
+	Reason string
+}
+
+// Error returns "agentcard: card URL <quoted url>: <reason>".
+func (e *CardURLError) Error() string {
+	return fmt.Sprintf("agentcard: card URL %q: %s", e.URL, e.Reason)
+}
+
+// CardURL resolves an operator-configured card location, such as
+// [AgentConfig].CardURL, to the URL [Fetcher.Fetch] GETs. A2A 1.0 §8.2
+// "Discovery Mechanisms" names two ways to find a card by URL: the
+// well-known URI on the agent's domain, and a pre-configured card URL.
+// So an absolute URL with an empty path or "/" names the agent's origin,
+// and CardURL returns [WellKnownPath] on it (scheme://host[:port] +
+// WellKnownPath); a URL with any other path is the card's own and comes
+// back exactly as given.
+//
+// It refuses, as a *[CardURLError]: a location that does not parse, or is
+// not absolute (no scheme or no host); a scheme other than https, except
+// http on a loopback host, as Fetch does; user info (credentials do not
+// belong in configuration); a fragment; and a query on an origin, which
+// the well-known URI does not take.
+func CardURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // ue.Error repeats the URL, password and all
+		}
+		return "", &CardURLError{Reason: "not a URL: " + err.Error()}
+	}
+	refuse := func(reason string) (string, error) {
+		return "", &CardURLError{URL: u.Redacted(), Reason: reason}
+	}
+	switch {
+	case u.Scheme == "" || u.Host == "":
+		return refuse("not an absolute URL (want https://host[:port][/path])")
+	case !secureScheme(u):
+		return refuse("scheme must be https (http only on a loopback host)")
+	case u.User != nil:
+		return refuse("must not carry user info")
+	case strings.Contains(s, "#"):
+		return refuse("must not have a fragment")
+	case u.Path != "" && u.Path != "/":
+		return s, nil
+	case u.RawQuery != "" || u.ForceQuery:
+		return refuse("an origin takes no query (give the card's full URL instead)")
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: WellKnownPath}).String(), nil
 }
 
 // next is when to fetch again after a response with this Cache-Control.

@@ -80,3 +80,53 @@ func TestFetchRefusals(t *testing.T) {
 		t.Errorf("plain http off loopback: %v", err)
 	}
 }
+
+func TestCardURL(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"https://agent.example.com", "https://agent.example.com/.well-known/agent-card.json"},
+		{"https://agent.example.com/", "https://agent.example.com/.well-known/agent-card.json"},
+		{"https://agent.example.com:8443", "https://agent.example.com:8443/.well-known/agent-card.json"},
+		{"HTTPS://Agent.Example.com/", "https://Agent.Example.com/.well-known/agent-card.json"},
+		{"http://localhost:8080", "http://localhost:8080/.well-known/agent-card.json"},
+		{"http://127.0.0.1:9000/", "http://127.0.0.1:9000/.well-known/agent-card.json"},
+		{"http://[::1]:9000", "http://[::1]:9000/.well-known/agent-card.json"},
+		// Any other path is the card's own URL, kept byte for byte.
+		{"https://agent.example.com/.well-known/agent-card.json", "https://agent.example.com/.well-known/agent-card.json"},
+		{"https://agent.example.com/.well-known/agent.json", "https://agent.example.com/.well-known/agent.json"},
+		{"https://cards.example.com/agents/fraud%20review.json?v=2", "https://cards.example.com/agents/fraud%20review.json?v=2"},
+		{"http://localhost:8080/card", "http://localhost:8080/card"},
+	} {
+		got, err := CardURL(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("CardURL(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+		if err == nil && fetchable(got) != nil {
+			t.Errorf("CardURL(%q) = %q, which Fetch refuses: %v", c.in, got, fetchable(got))
+		}
+	}
+}
+
+func TestCardURLRefusals(t *testing.T) {
+	for in, want := range map[string]string{
+		"agent.example.com":                        `agentcard: card URL "agent.example.com": not an absolute URL (want https://host[:port][/path])`,
+		"/.well-known/agent-card.json":             `agentcard: card URL "/.well-known/agent-card.json": not an absolute URL (want https://host[:port][/path])`,
+		"//agent.example.com/card.json":            `agentcard: card URL "//agent.example.com/card.json": not an absolute URL (want https://host[:port][/path])`,
+		"https:///card.json":                       `agentcard: card URL "https:///card.json": not an absolute URL (want https://host[:port][/path])`,
+		"":                                         `agentcard: card URL "": not an absolute URL (want https://host[:port][/path])`,
+		"http://agent.example.com":                 `agentcard: card URL "http://agent.example.com": scheme must be https (http only on a loopback host)`,
+		"http://10.0.0.7/card.json":                `agentcard: card URL "http://10.0.0.7/card.json": scheme must be https (http only on a loopback host)`,
+		"nats://127.0.0.1:4222":                    `agentcard: card URL "nats://127.0.0.1:4222": scheme must be https (http only on a loopback host)`,
+		"https://ops:s3cret@agent.example.com":     `agentcard: card URL "https://ops:xxxxx@agent.example.com": must not carry user info`,
+		"https://agent.example.com/card.json#v1":   `agentcard: card URL "https://agent.example.com/card.json#v1": must not have a fragment`,
+		"https://agent.example.com#":               `agentcard: card URL "https://agent.example.com": must not have a fragment`,
+		"https://agent.example.com/?tenant=a":      `agentcard: card URL "https://agent.example.com/?tenant=a": an origin takes no query (give the card's full URL instead)`,
+		"https://agent.example.com?":               `agentcard: card URL "https://agent.example.com?": an origin takes no query (give the card's full URL instead)`,
+		"https://ops:s3cret@agent.example.com/%zz": `agentcard: card URL "": not a URL: invalid URL escape "%zz"`,
+	} {
+		got, err := CardURL(in)
+		var ce *CardURLError
+		if !errors.As(err, &ce) || err.Error() != want {
+			t.Errorf("CardURL(%q) = %q, %v; want %s", in, got, err, want)
+		}
+	}
+}

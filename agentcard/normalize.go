@@ -3,6 +3,11 @@ package agentcard
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/gowebpki/jcs"
 )
 
 // Normalize returns a card in the A2A 1.0 shape. A 1.0 card comes back
@@ -15,13 +20,36 @@ import (
 //     repeated), all with that protocolVersion;
 //   - supportsAuthenticatedExtendedCard true becomes
 //     capabilities.extendedAgentCard (false, the default, is dropped);
-//   - capabilities.stateTransitionHistory, which 1.0 dropped, is removed.
+//   - capabilities.stateTransitionHistory, which 1.0 dropped, is removed;
+//   - each OpenAPI-style securitySchemes entry, discriminated by type, becomes
+//     the matching member of the a2a.proto SecurityScheme oneof, with its
+//     description: apiKey {in, name} -> apiKeySecurityScheme {location,
+//     name}; http {scheme, bearerFormat} -> httpAuthSecurityScheme; oauth2
+//     {flows, oauth2MetadataUrl} -> oauth2SecurityScheme; openIdConnect
+//     {openIdConnectUrl} -> openIdConnectSecurityScheme; mutualTLS ->
+//     mtlsSecurityScheme. Flows keep their members (authorizationUrl,
+//     tokenUrl, refreshUrl, scopes), the deprecated implicit and password
+//     flows included, which 1.0 still defines;
+//   - security, on the card and on each skill, becomes
+//     securityRequirements: {name: [scopes]} becomes
+//     {"schemes": {name: {"list": [scopes]}}}, an empty scope list {} (as
+//     ProtoJSON writes it). A requirement naming an undeclared scheme is
+//     kept: [Parse] does not check that on a 1.0 card either.
 //
-// A 0.3 card with OpenAPI-style securitySchemes or security (card or skill)
-// is refused: those have no faithful 1.0 form here. Errors are
-// *ValidationError naming the field. Input that is not a JSON object comes
-// back unchanged, for Parse to refuse. The registry stores and fingerprints
-// the normalised form.
+// What 1.0 cannot say the same way is refused: a 0.3 oauth2 scheme with more
+// than one flow (1.0 OAuthFlows is a oneof), at the second flow; an unknown
+// scheme type; a member the scheme's type does not define; a member the 0.3
+// schema requires, missing or empty; apiKey in other than query, header or
+// cookie; 1.0 securityRequirements in a 0.3 card; duplicate member names
+// anywhere (decoding would keep one; RFC 8785 refuses them); members of the
+// wrong JSON type.
+//
+// Errors are *ValidationError naming the JSON pointer, in the 0.3 card, of
+// the member at fault. Input that is not a JSON object comes back unchanged,
+// for Parse to refuse. The registry stores and fingerprints the normalised
+// form. Sources: a2a.proto AgentCard, SecurityScheme, OAuthFlows and
+// SecurityRequirement (A2A 1.0 §4.4, §4.5); the 0.3 JSON schema
+// (specification/json/a2a.json, v0.3.0).
 func Normalize(raw []byte) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
@@ -39,10 +67,8 @@ func Normalize(raw []byte) ([]byte, error) {
 	if _, ok := m["supportedInterfaces"]; ok {
 		return nil, invalid("/supportedInterfaces", "a card mixes 1.0 supportedInterfaces with 0.3 fields (url, preferredTransport, additionalInterfaces, protocolVersion)")
 	}
-	for _, k := range []string{"securitySchemes", "security"} {
-		if _, ok := m[k]; ok {
-			return nil, invalid("/"+k, "0.3 (OpenAPI-style) security is not normalised: publish a 1.0 card")
-		}
+	if _, err := jcs.Transform(raw); err != nil {
+		return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)
 	}
 	str := func(key, def string) (string, error) {
 		v, ok := m[key]
@@ -111,15 +137,299 @@ func Normalize(raw []byte) ([]byte, error) {
 		m["capabilities"], _ = json.Marshal(caps)
 	}
 
+	if v, ok := m["securitySchemes"]; ok {
+		if m["securitySchemes"], err = normalizeSchemes("/securitySchemes", v); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := normalizeSecurity("", m); err != nil {
+		return nil, err
+	}
+	// Skills that are not all objects are left for Parse to refuse.
 	if v, ok := m["skills"]; ok {
 		var skills []map[string]json.RawMessage
 		if json.Unmarshal(v, &skills) == nil {
+			changed := false
 			for i, s := range skills {
-				if _, ok := s["security"]; ok {
-					return nil, invalid(fmt.Sprintf("/skills/%d/security", i), "0.3 (OpenAPI-style) security is not normalised: publish a 1.0 card")
+				c, err := normalizeSecurity("/skills/"+strconv.Itoa(i), s)
+				if err != nil {
+					return nil, err
 				}
+				changed = changed || c
+			}
+			if changed {
+				m["skills"], _ = json.Marshal(skills)
 			}
 		}
 	}
 	return json.Marshal(m)
 }
+
+// normalizeSecurity replaces the 0.3 security member of obj, the card or the
+// skill at ptr, with its 1.0 securityRequirements, and reports whether obj
+// changed.
+func normalizeSecurity(ptr string, obj map[string]json.RawMessage) (bool, error) {
+	if v, ok := obj["securityRequirements"]; ok && !isNull(v) {
+		return false, invalid(ptr+"/securityRequirements", "a 0.3 card mixes in 1.0 securityRequirements (0.3 spells it security)")
+	}
+	v, ok := obj["security"]
+	if !ok {
+		return false, nil
+	}
+	delete(obj, "security")
+	if isNull(v) {
+		return true, nil
+	}
+	reqs, err := normalizeRequirements(ptr+"/security", v)
+	if err != nil {
+		return false, err
+	}
+	obj["securityRequirements"] = reqs
+	return true, nil
+}
+
+// requirement is a2a.proto SecurityRequirement; scopeList is StringList.
+type (
+	requirement struct {
+		Schemes map[string]scopeList `json:"schemes,omitempty"`
+	}
+	scopeList struct {
+		List []string `json:"list,omitempty"`
+	}
+)
+
+// normalizeRequirements rewrites a 0.3 security list, [{name: [scopes]}],
+// as a 1.0 securityRequirements list.
+func normalizeRequirements(ptr string, raw json.RawMessage) (json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := listField(&items, decodeRaw)(ptr, raw); err != nil {
+		return nil, err
+	}
+	out := make([]requirement, len(items))
+	for i, item := range items {
+		p := ptr + "/" + strconv.Itoa(i)
+		var schemes map[string]json.RawMessage
+		if err := rawMapField(&schemes)(p, item); err != nil {
+			return nil, err
+		}
+		if len(schemes) > 0 {
+			out[i].Schemes = make(map[string]scopeList, len(schemes))
+		}
+		for _, name := range slices.Sorted(maps.Keys(schemes)) {
+			var scopes []string
+			if err := listField(&scopes, decodeString)(p+"/"+escapePointer(name), schemes[name]); err != nil {
+				return nil, err
+			}
+			out[i].Schemes[name] = scopeList{List: scopes}
+		}
+	}
+	return json.Marshal(out)
+}
+
+// The 1.0 security schemes (a2a.proto APIKeySecurityScheme and the rest),
+// members in proto order; empty optional members are dropped, as ProtoJSON
+// drops default values.
+type (
+	apiKeyScheme struct {
+		Description string `json:"description,omitempty"`
+		Location    string `json:"location"`
+		Name        string `json:"name"`
+	}
+	httpAuthScheme struct {
+		Description  string `json:"description,omitempty"`
+		Scheme       string `json:"scheme"`
+		BearerFormat string `json:"bearerFormat,omitempty"`
+	}
+	oauth2Scheme struct {
+		Description       string               `json:"description,omitempty"`
+		Flows             map[string]oauthFlow `json:"flows"`
+		OAuth2MetadataURL string               `json:"oauth2MetadataUrl,omitempty"`
+	}
+	// oauthFlow is any of the four flows 0.3 and 1.0 share; each uses a
+	// subset of the members.
+	oauthFlow struct {
+		AuthorizationURL string            `json:"authorizationUrl,omitempty"`
+		TokenURL         string            `json:"tokenUrl,omitempty"`
+		RefreshURL       string            `json:"refreshUrl,omitempty"`
+		Scopes           map[string]string `json:"scopes"`
+	}
+	openIDConnectScheme struct {
+		Description      string `json:"description,omitempty"`
+		OpenIDConnectURL string `json:"openIdConnectUrl"`
+	}
+	mtlsScheme struct {
+		Description string `json:"description,omitempty"`
+	}
+)
+
+// normalizeSchemes rewrites a 0.3 securitySchemes map, name -> scheme with
+// a type discriminator, as the 1.0 map of name -> one-of scheme.
+func normalizeSchemes(ptr string, raw json.RawMessage) (json.RawMessage, error) {
+	if isNull(raw) {
+		return raw, nil
+	}
+	var schemes map[string]json.RawMessage
+	if err := rawMapField(&schemes)(ptr, raw); err != nil {
+		return nil, err
+	}
+	out := make(map[string]map[string]any, len(schemes))
+	for _, name := range slices.Sorted(maps.Keys(schemes)) {
+		p := ptr + "/" + escapePointer(name)
+		oneOf, scheme, err := normalizeScheme(p, schemes[name])
+		if err != nil {
+			return nil, err
+		}
+		out[name] = map[string]any{oneOf: scheme}
+	}
+	return json.Marshal(out)
+}
+
+// normalizeScheme returns the 1.0 SecurityScheme member name and value for
+// the 0.3 scheme at ptr.
+func normalizeScheme(ptr string, raw json.RawMessage) (string, any, error) {
+	var members map[string]json.RawMessage
+	if err := rawMapField(&members)(ptr, raw); err != nil {
+		return "", nil, err
+	}
+	var typ string
+	if v, ok := members["type"]; !ok || isNull(v) {
+		return "", nil, invalid(ptr+"/type", "required")
+	} else if err := decodeString(ptr+"/type", v, &typ); err != nil {
+		return "", nil, err
+	}
+	var description string
+	fields := map[string]field{
+		"type":        func(string, json.RawMessage) error { return nil },
+		"description": stringField(&description),
+	}
+	with := func(more map[string]field) map[string]field {
+		maps.Copy(more, fields)
+		return more
+	}
+	switch typ {
+	case "apiKey":
+		var s apiKeyScheme
+		err := decodeObject(ptr, raw, with(map[string]field{"name": stringField(&s.Name), "in": stringField(&s.Location)}))
+		if err == nil {
+			err = requiredString(ptr+"/in", s.Location)
+		}
+		if err == nil && !slices.Contains([]string{"query", "header", "cookie"}, s.Location) {
+			err = invalid(ptr+"/in", "must be query, header or cookie")
+		}
+		if err == nil {
+			err = requiredString(ptr+"/name", s.Name)
+		}
+		s.Description = description
+		return "apiKeySecurityScheme", s, err
+	case "http":
+		var s httpAuthScheme
+		err := decodeObject(ptr, raw, with(map[string]field{"scheme": stringField(&s.Scheme), "bearerFormat": stringField(&s.BearerFormat)}))
+		if err == nil {
+			err = requiredString(ptr+"/scheme", s.Scheme)
+		}
+		s.Description = description
+		return "httpAuthSecurityScheme", s, err
+	case "oauth2":
+		var s oauth2Scheme
+		err := decodeObject(ptr, raw, with(map[string]field{
+			"flows":             func(p string, v json.RawMessage) error { return decodeFlows(p, v, &s.Flows) },
+			"oauth2MetadataUrl": stringField(&s.OAuth2MetadataURL),
+		}))
+		if err == nil && s.Flows == nil {
+			err = invalid(ptr+"/flows", "required")
+		}
+		s.Description = description
+		return "oauth2SecurityScheme", s, err
+	case "openIdConnect":
+		var s openIDConnectScheme
+		err := decodeObject(ptr, raw, with(map[string]field{"openIdConnectUrl": stringField(&s.OpenIDConnectURL)}))
+		if err == nil {
+			err = requiredString(ptr+"/openIdConnectUrl", s.OpenIDConnectURL)
+		}
+		s.Description = description
+		return "openIdConnectSecurityScheme", s, err
+	case "mutualTLS":
+		var s mtlsScheme
+		err := decodeObject(ptr, raw, fields)
+		s.Description = description
+		return "mtlsSecurityScheme", s, err
+	}
+	return "", nil, invalid(ptr+"/type", "unknown security scheme type %q (want apiKey, http, oauth2, openIdConnect or mutualTLS)", truncate(typ, 32))
+}
+
+// flowRequired lists, per 0.3 OAuth flow, the members it requires, in
+// order; refreshUrl is optional in each. 1.0 requires the same of
+// authorizationCode and clientCredentials.
+var flowRequired = map[string][]string{
+	"authorizationCode": {"authorizationUrl", "tokenUrl", "scopes"},
+	"clientCredentials": {"tokenUrl", "scopes"},
+	"implicit":          {"authorizationUrl", "scopes"},
+	"password":          {"tokenUrl", "scopes"},
+}
+
+// decodeFlows decodes 0.3 OAuthFlows into the one flow a 1.0 OAuthFlows
+// holds.
+func decodeFlows(ptr string, raw json.RawMessage, dst *map[string]oauthFlow) error {
+	var kind string
+	var flow oauthFlow
+	fields := map[string]field{}
+	for k, required := range flowRequired {
+		fields[k] = func(p string, v json.RawMessage) error {
+			if kind != "" {
+				return invalid(p, "an A2A 1.0 scheme has one OAuth flow, and this one already has %s", kind)
+			}
+			kind = k
+			return decodeFlow(p, v, required, &flow)
+		}
+	}
+	if err := decodeObject(ptr, raw, fields); err != nil {
+		return err
+	}
+	if kind == "" {
+		return invalid(ptr, "required: one of authorizationCode, clientCredentials, implicit, password")
+	}
+	*dst = map[string]oauthFlow{kind: flow}
+	return nil
+}
+
+func decodeFlow(ptr string, raw json.RawMessage, required []string, f *oauthFlow) error {
+	all := map[string]field{
+		"authorizationUrl": stringField(&f.AuthorizationURL),
+		"tokenUrl":         stringField(&f.TokenURL),
+		"scopes":           func(p string, v json.RawMessage) error { return decodeScopes(p, v, &f.Scopes) },
+	}
+	fields := map[string]field{"refreshUrl": stringField(&f.RefreshURL)}
+	for _, k := range required {
+		fields[k] = all[k]
+	}
+	if err := decodeObject(ptr, raw, fields); err != nil {
+		return err
+	}
+	set := map[string]bool{"authorizationUrl": f.AuthorizationURL != "", "tokenUrl": f.TokenURL != "", "scopes": f.Scopes != nil}
+	for _, k := range required {
+		if !set[k] {
+			return invalid(ptr+"/"+k, "required")
+		}
+	}
+	return nil
+}
+
+// decodeScopes decodes an OAuth scopes map, scope -> description.
+func decodeScopes(ptr string, raw json.RawMessage, dst *map[string]string) error {
+	var scopes map[string]json.RawMessage
+	if err := rawMapField(&scopes)(ptr, raw); err != nil {
+		return err
+	}
+	out := make(map[string]string, len(scopes))
+	for _, name := range slices.Sorted(maps.Keys(scopes)) {
+		var d string
+		if err := decodeString(ptr+"/"+escapePointer(name), scopes[name], &d); err != nil {
+			return err
+		}
+		out[name] = d
+	}
+	*dst = out
+	return nil
+}
+
+func isNull(v json.RawMessage) bool { return string(v) == "null" }

@@ -58,10 +58,12 @@ type AgentConfig struct {
 	// none of whose signatures verifies with one of them ([VerifySignatures]).
 	SigningKeys      []string `yaml:"signing_keys"`
 	RequireSignature bool     `yaml:"require_signature"`
-	// CardURL, when set, is where a2ad fetches the agent's card (e.g.
-	// https://host/.well-known/agent-card.json) and refetches it as its
-	// Cache-Control says; each fetched card is registered like a card the
-	// agent sent over NATS, so a changed one puts the agent in quarantine.
+	// CardURL, when set, is where a2ad fetches the agent's card and
+	// refetches it as its Cache-Control says: the agent's origin
+	// (https://host, meaning https://host/.well-known/agent-card.json, see
+	// [CardURL]) or the card's own URL. Each fetched card is registered like
+	// a card the agent sent over NATS, so a changed one puts the agent in
+	// quarantine.
 	CardURL string `yaml:"card_url"`
 }
 
