@@ -2,13 +2,22 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/admin"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -16,7 +25,7 @@ func newAgents() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "agents",
-		Short: "Show, approve and quarantine agents of the running daemon (admin API)",
+		Short: "Show, approve and quarantine agents of the running daemon, and mint their credentials (admin API)",
 	}
 	f.bind(cmd)
 	out := func(c *cobra.Command, raw []byte, rec *agentcard.Record) error {
@@ -96,7 +105,51 @@ func newAgents() *cobra.Command {
 		},
 	}
 	quarantine.Flags().StringVar(&reason, "reason", "", "why (default: quarantined by operator)")
-	cmd.AddCommand(list, show, approve, quarantine)
+	var ttl time.Duration
+	var natsURL string
+	var replicas int
+	credential := &cobra.Command{
+		Use:   "credential ID [--ttl 2160h]",
+		Short: "Mint the agent's NATS identity: a credential for agent id ID, printed on stdout",
+		Long: `Mint an agent credential: a JWT signed by a2ad whose subject is the agent id.
+The agent presents it as its NATS connection token (on the embedded server it
+then gets its own subjects only: docs/nats-binding.md §10) and with its
+registration (Authorization: Bearer). Anyone holding it can act as the agent:
+store it like a password. It expires after --ttl (default 90 days, at most 400).
+
+  a2ad agents credential fraud-review > fraud-review.jwt
+  fraud-review-agent --credential-file fraud-review.jwt`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var res admin.Credential
+			var raw []byte
+			var err error
+			if natsURL != "" {
+				res, err = mintDirect(c.Context(), natsURL, f.dataDir, replicas, args[0], ttl)
+				if err == nil {
+					raw, err = json.MarshalIndent(res, "", "  ")
+					raw = append(raw, '\n')
+				}
+			} else {
+				raw, err = f.call("POST", "/v1/agents/"+url.PathEscape(args[0])+"/credential",
+					map[string]int64{"ttl_seconds": int64(ttl / time.Second)}, &res)
+			}
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				_, err := c.OutOrStdout().Write(raw)
+				return err
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, expires %s\n", res.AgentID, res.ExpiresAt.Format(time.RFC3339))
+			_, err = fmt.Fprintln(c.OutOrStdout(), res.Credential)
+			return err
+		},
+	}
+	credential.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default 2160h = 90 days; at most 9600h = 400 days)")
+	credential.Flags().StringVar(&natsURL, "nats-url", "", "mint without the admin API, with the key a2ad keeps in NATS (for stdio-only set-ups); needs a2ad's NATS user: in the URL, or the embedded server's from --data-dir")
+	credential.Flags().IntVar(&replicas, "replicas", 1, "with --nats-url: replicas of the a2ad_secrets bucket if this creates it (as a2ad's replicas)")
+	cmd.AddCommand(list, show, approve, quarantine, credential)
 	return cmd
 }
 
@@ -126,4 +179,37 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	// The card is the agent's own text: shown as data, as it was registered.
 	_, err := fmt.Fprintf(w, "Card:\n%s\n", a.Card)
 	return err
+}
+
+// mintDirect mints a credential with the shared key read from NATS (the
+// a2ad_secrets bucket), as a2ad itself does: for set-ups with no HTTP
+// listener. On the embedded server it connects as user a2ad with the
+// password in dataDir, unless the URL names a user.
+func mintDirect(ctx context.Context, natsURL, dataDir string, replicas int, id string, ttl time.Duration) (admin.Credential, error) {
+	opts := []nats.Option{nats.Name("a2ad agents credential"), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), nats.Timeout(5 * time.Second)}
+	if u, err := url.Parse(strings.Split(natsURL, ",")[0]); err == nil && u.User == nil {
+		if pw, err := os.ReadFile(daemon.DaemonPasswordPath(dataDir)); err == nil {
+			opts = append(opts, nats.UserInfo(embedded.DaemonUser, strings.TrimSpace(string(pw))))
+		}
+	}
+	nc, err := nats.Connect(natsURL, opts...)
+	if err != nil {
+		return admin.Credential{}, fmt.Errorf("NATS %s: %w", natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return admin.Credential{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	keys, err := daemon.AgentKeys(ctx, js, replicas)
+	if err != nil {
+		return admin.Credential{}, err
+	}
+	tok, exp, err := keys.Mint(id, ttl, time.Now())
+	if err != nil {
+		return admin.Credential{}, err
+	}
+	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC()}, nil
 }

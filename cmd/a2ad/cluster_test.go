@@ -23,7 +23,7 @@ func TestClusterSurvivesNodeLoss(t *testing.T) {
 	for i := range 6 {
 		slow[fmt.Sprintf("C-5%02d", i)] = refagent.ModeSlow
 	}
-	agent := agentOn(t, c.URLs(), slow)
+	agent := agentOn(t, c.URLs(), credentialFor(t, c.URLs(), "", "--replicas", "3"), slow)
 	cfg := configFile(t, "replicas: 3\n")
 	var ds []*daemonProc
 	var hs []*host

@@ -97,13 +97,19 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	defer d.Stop()
 	fmt.Fprintf(out, "a2ad demo: daemon up (NATS %s, MCP %s/mcp, data in %s)\n", d.NATSURL, d.HTTPURL, dir)
 
-	nc, err := nats.Connect(d.NATSURL, nats.Name("fraud-review-agent"))
+	// The agent's identity: a credential a2ad mints for its id, as an
+	// operator would with `a2ad agents credential fraud-review`.
+	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
-		Misbehave: map[string]string{"C-13": "invalid-artifact"}, Logger: log})
+		Misbehave: map[string]string{"C-13": "invalid-artifact"}, Logger: log, Credential: cred})
 	if err != nil {
 		return err
 	}
@@ -114,7 +120,7 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	if err := waitDelegable(ctx, d, "fraud-review"); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "reference agent fraud-review registered its card and is approved (trust on first use)")
+	fmt.Fprintln(out, "reference agent fraud-review connected with its credential, registered its card and is approved (trust on first use)")
 
 	// The host's token, as an identity provider would issue it; here minted
 	// with the demo data directory's development key.

@@ -312,16 +312,18 @@ const (
 	reviewCaseHistory = ">submitted submitted>working working>input-required input-required>working working>completed"
 )
 
-// agentOn starts the reference agent on url with a reconnecting connection.
-func agentOn(t *testing.T, url string, misbehave map[string]string) *refagent.Agent {
+// agentOn starts the reference agent on url with a reconnecting connection
+// and the credential cred (see credentialFor).
+func agentOn(t *testing.T, url, cred string, misbehave map[string]string) *refagent.Agent {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(url, append(refagent.ConnectOptions("fraud-review", cred),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
 	a, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave,
-		SlowFor: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		SlowFor: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Credential: cred})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +332,22 @@ func agentOn(t *testing.T, url string, misbehave map[string]string) *refagent.Ag
 	}
 	t.Cleanup(a.Stop)
 	return a
+}
+
+// credentialFor mints the fraud-review agent's credential with the real
+// binary, straight from the key a2ad keeps in NATS at url (dataDir gives the
+// embedded server's a2ad password; "" for an external NATS).
+func credentialFor(t *testing.T, url, dataDir string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"agents", "credential", "fraud-review", "--nats-url", url, "--ttl", "1h"}, extra...)
+	if dataDir != "" {
+		args = append(args, "--data-dir", dataDir)
+	}
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		t.Fatalf("a2ad agents credential: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func configFile(t *testing.T, extra string) string {
@@ -370,7 +388,7 @@ func TestKillAtEachPointLosesNothing(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.point, func(t *testing.T) {
 			srv, _, _ := natstest.Start(t)
-			agent := agentOn(t, srv.ClientURL(), nil)
+			agent := agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), nil)
 			flags := external(t, srv.ClientURL())
 			d := startDaemon(t, []string{failpoint.Env + "=" + c.point}, flags...)
 			h := connectHost(t, d)
@@ -433,7 +451,7 @@ func TestKillAtEachPointLosesNothing(t *testing.T) {
 // the delivery) recognises it and starts nothing new.
 func TestRedeliveredBriefIsRecognisedByTheAgent(t *testing.T) {
 	srv, _, _ := natstest.Start(t)
-	agent := agentOn(t, srv.ClientURL(), map[string]string{"C-106": refagent.ModeSilent})
+	agent := agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), map[string]string{"C-106": refagent.ModeSilent})
 	flags := external(t, srv.ClientURL())
 	d := startDaemon(t, []string{failpoint.Env + "=delegate-after-send"}, flags...)
 	args := delegateArgs("C-106", 1999, "retry-C-106", 0)
@@ -465,7 +483,7 @@ func TestRedeliveredBriefIsRecognisedByTheAgent(t *testing.T) {
 // names its task, and CancelTask follows.
 func TestCancelBeforeTheAgentsIDIsKnown(t *testing.T) {
 	srv, _, _ := natstest.Start(t)
-	agent := agentOn(t, srv.ClientURL(), map[string]string{"C-107": refagent.ModeSilent})
+	agent := agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), map[string]string{"C-107": refagent.ModeSilent})
 	flags := external(t, srv.ClientURL())
 	d := startDaemon(t, []string{failpoint.Env + "=delegate-after-send"}, flags...)
 	args := delegateArgs("C-107", 1999, "retry-C-107", 0)
@@ -500,14 +518,14 @@ func restartable(t *testing.T, mode string, misbehave map[string]string) (*daemo
 	t.Helper()
 	if mode == "external-nats" {
 		srv, _, _ := natstest.Start(t)
-		agent := agentOn(t, srv.ClientURL(), misbehave)
+		agent := agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), misbehave)
 		flags := external(t, srv.ClientURL())
 		return startDaemon(t, nil, flags...), agent, flags
 	}
 	flags := []string{"--config", configFile(t, ""), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}
 	d := startDaemon(t, nil, append(flags, "--nats-listen", "127.0.0.1:-1")...)
 	flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
-	return d, agentOn(t, d.NATS, misbehave), flags
+	return d, agentOn(t, d.NATS, credentialFor(t, d.NATS, d.DataDir), misbehave), flags
 }
 
 // SIGKILL while the agent works: its events are kept by JetStream (external
@@ -586,7 +604,7 @@ func TestInstancesShareWorkAndSurviveOneKilled(t *testing.T) {
 	for i := range 4 {
 		slow[fmt.Sprintf("C-3%02d", i)] = refagent.ModeSlow
 	}
-	agent := agentOn(t, srv.ClientURL(), slow)
+	agent := agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), slow)
 	var ds []*daemonProc
 	var hs []*host
 	for range 3 {

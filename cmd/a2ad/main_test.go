@@ -70,7 +70,11 @@ func writeConfig(t *testing.T) string {
 	return p
 }
 
-func startAgent(t *testing.T, url string) *refagent.Agent { t.Helper(); return agentOn(t, url, nil) }
+// startAgent starts the reference agent on an external NATS at url.
+func startAgent(t *testing.T, url string) *refagent.Agent {
+	t.Helper()
+	return agentOn(t, url, credentialFor(t, url, ""), nil)
+}
 
 // delegateC7 returns a call of a small refund case that completes at once.
 // Fresh each time: the SDK stamps per-session metadata into the params.
@@ -226,7 +230,13 @@ func serveHTTP(t *testing.T, dataDir string) (*exec.Cmd, string, string) {
 func TestServeHTTPAndTasksCLI(t *testing.T) {
 	dataDir := t.TempDir()
 	cmd, natsURL, httpURL := serveHTTP(t, dataDir)
-	startAgent(t, natsURL)
+	// The agent's credential, minted through the admin API of the daemon
+	// of dataDir (the CLI's default path).
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--data-dir", dataDir, "--ttl", "1h").Output()
+	if err != nil {
+		t.Fatalf("a2ad agents credential: %v", err)
+	}
+	agentOn(t, natsURL, strings.TrimSpace(string(out)), nil)
 
 	// The host's token, minted by the CLI with the data directory's key.
 	tokOut, err := exec.Command(bin, "token", "mint", "--data-dir", dataDir, "--sub", "http-host", "--tenant", "default",
@@ -287,7 +297,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(run("tasks", "get", taskID, "--json")), &rec); err != nil || rec.TaskID != taskID || rec.State != "completed" || len(rec.History) != 3 {
 		t.Errorf("tasks get --json: %+v %v", rec, err)
 	}
-	out, err := exec.Command(bin, "tasks", "get", "tsk-nope", "--server", httpURL, "--data-dir", dataDir).CombinedOutput()
+	out, err = exec.Command(bin, "tasks", "get", "tsk-nope", "--server", httpURL, "--data-dir", dataDir).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "task_not_found") {
 		t.Errorf("unknown task: %v %s", err, out)
 	}
@@ -397,7 +407,7 @@ func TestAgentsCLIApproveAndQuarantine(t *testing.T) {
 	_ = os.WriteFile(cfg, []byte("agents:\n  - id: fraud-review\n    tenants: [default]\n"), 0o600) // explicit approval
 	dataDir := filepath.Join(dir, "data")
 	d := startDaemon(t, nil, "--config", cfg, "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
-	agentOn(t, d.NATS, nil)
+	agentOn(t, d.NATS, credentialFor(t, d.NATS, d.DataDir), nil)
 	run := func(args ...string) (string, error) {
 		out, err := exec.Command(bin, append(args, "--data-dir", dataDir)...).CombinedOutput()
 		return string(out), err

@@ -5,8 +5,16 @@
 //
 // Usage:
 //
-//	fraud-review-agent [--nats-url nats://127.0.0.1:4222] [--agent-id fraud-review]
-//	    [--card card.json] [--misbehave mode:caseId[,mode:caseId]]...
+//	fraud-review-agent --credential-file fraud-review.jwt [--nats-url nats://127.0.0.1:4222]
+//	    [--agent-id fraud-review] [--card card.json] [--misbehave mode:caseId[,mode:caseId]]...
+//
+// The credential is the agent's identity: mint it with `a2ad agents
+// credential fraud-review > fraud-review.jwt`. It may also come from the
+// environment, A2AD_AGENT_CREDENTIAL (the token) or
+// A2AD_AGENT_CREDENTIAL_FILE. The agent id defaults to the credential's
+// subject. On a2ad's embedded NATS server the credential is the connection's
+// token and gives it the agent's own subjects only; on an external server,
+// put the NATS user in the URL (nats://user:password@host:4222).
 //
 // Misbehaviour modes (for testing a2ad): invalid-artifact, silent,
 // illegal-transition. Logs go to stderr. It reconnects to NATS forever and
@@ -21,12 +29,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/nats-io/nats.go"
 )
 
@@ -44,7 +54,8 @@ func main() {
 func run(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("fraud-review-agent", flag.ContinueOnError)
 	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	agentID := fs.String("agent-id", "fraud-review", "agent id on the binding (the sub of its credential)")
+	agentID := fs.String("agent-id", "", "agent id on the binding (default: the sub of its credential, else fraud-review)")
+	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
 	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required); repeatable", func(s string) error {
@@ -56,6 +67,25 @@ func run(args []string, log *slog.Logger) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	cred := strings.TrimSpace(os.Getenv("A2AD_AGENT_CREDENTIAL"))
+	if *credFile != "" {
+		b, err := os.ReadFile(*credFile)
+		if err != nil {
+			return fmt.Errorf("--credential-file: %w", err)
+		}
+		cred = strings.TrimSpace(string(b))
+	}
+	if *agentID == "" {
+		*agentID = "fraud-review"
+		if sub := credentialSubject(cred); sub != "" {
+			*agentID = sub
+		}
+	}
+	if cred == "" {
+		log.Warn("no agent credential: a2ad's embedded NATS server and its registry refuse this agent (mint one with `a2ad agents credential ID`)")
+	} else if sub := credentialSubject(cred); sub != *agentID {
+		return fmt.Errorf("the credential is for agent %q, not --agent-id %q", sub, *agentID)
 	}
 	if !natsbind.ValidToken(*agentID) {
 		return fmt.Errorf("--agent-id %q: want 1 to 128 of [A-Za-z0-9_-]", *agentID)
@@ -74,9 +104,8 @@ func run(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	nc, err := nats.Connect(*natsURL,
+	opts := append(refagent.ConnectOptions(*agentID, cred), // the per-agent permissions of docs/nats-binding.md §10
 		nats.Name("fraud-review-agent/"+*agentID),
-		nats.CustomInboxPrefix("_INBOX_"+*agentID), // matches the per-agent subscribe permission (docs/nats-binding.md §10)
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
@@ -88,12 +117,13 @@ func run(args []string, log *slog.Logger) error {
 			}
 		}),
 	)
+	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *natsURL, err)
 	}
 	defer nc.Close()
 
-	agent, err := refagent.New(nc, refagent.Config{AgentID: *agentID, Card: card, Misbehave: mis, Logger: log})
+	agent, err := refagent.New(nc, refagent.Config{AgentID: *agentID, Card: card, Misbehave: mis, Logger: log, Credential: cred})
 	if err != nil {
 		return err
 	}
@@ -103,4 +133,17 @@ func run(args []string, log *slog.Logger) error {
 	<-ctx.Done()
 	agent.Stop()
 	return nil
+}
+
+// credentialSubject returns the sub of a credential without verifying it
+// (a2ad verifies it): only to default --agent-id. "" if it has none.
+func credentialSubject(cred string) string {
+	if cred == "" {
+		return ""
+	}
+	var c jwt.RegisteredClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(cred, &c); err != nil {
+		return ""
+	}
+	return c.Subject
 }

@@ -7,10 +7,14 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
 )
 
@@ -22,11 +26,16 @@ import (
 //	GET /v1/agents/{id}    agentcard.Record
 //	POST /v1/agents/{id}/approve     {"fingerprint":"sha256:…"} → Record (409 fingerprint_mismatch)
 //	POST /v1/agents/{id}/quarantine  {"reason":"…"} → Record
+//	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at"}
+//
+// A credential may be minted for an agent id not registered yet: an agent
+// needs one to register (docs/nats-binding.md §10). ttl_seconds 0 means
+// agentcred.DefaultTTL (90 days); at most agentcred.MaxTTL.
 //
 // Records never carry unvalidated artifact content, nor the brief or
 // answer bytes waiting in a task's outbox. Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
-func Handler(svc *broker.Service) http.Handler {
+func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		recs, err := svc.Tasks.List(r.Context())
@@ -93,7 +102,39 @@ func Handler(svc *broker.Service) http.Handler {
 		rec, err := svc.Agents.Quarantine(r.Context(), r.PathValue("id"), body.Reason)
 		agentAnswer(w, rec, err)
 	})
+	mux.HandleFunc("POST /v1/agents/{id}/credential", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			TTLSeconds int64 `json:"ttl_seconds"`
+		}
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		id := r.PathValue("id")
+		if !natsbind.ValidToken(id) {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "agent id: want 1 to 128 of [A-Za-z0-9_-]")
+			return
+		}
+		if body.TTLSeconds < 0 || body.TTLSeconds > int64(agentcred.MaxTTL/time.Second) {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", fmt.Sprintf("ttl_seconds: want 0 (default %d) to %d",
+				int64(agentcred.DefaultTTL/time.Second), int64(agentcred.MaxTTL/time.Second)))
+			return
+		}
+		tok, exp, err := keys.Mint(id, time.Duration(body.TTLSeconds)*time.Second, time.Now())
+		if err != nil {
+			writeErr(w, http.StatusInternalServerError, "internal", err.Error())
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, http.StatusOK, Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC()})
+	})
 	return mux
+}
+
+// Credential is the answer of POST /v1/agents/{id}/credential.
+type Credential struct {
+	AgentID    string    `json:"agent_id"`
+	Credential string    `json:"credential"` // compact JWS (internal/agentcred)
+	ExpiresAt  time.Time `json:"expires_at"`
 }
 
 // decodeBody reads a small JSON body strictly; on failure it has answered 400.

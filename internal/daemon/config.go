@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -64,6 +65,7 @@ type PrincipalConfig struct {
 }
 
 func (c Config) withDefaults() Config {
+	c.Agents = slices.Clone(c.Agents) // Start normalises entries: never the caller's
 	if c.DataDir == "" {
 		c.DataDir = "./a2ad-data"
 	}

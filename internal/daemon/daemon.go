@@ -13,7 +13,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/admin"
+	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/jsretry"
@@ -46,9 +49,13 @@ type Daemon struct {
 	HTTPURL string
 	// Auth verifies hosts' tokens on HTTP (nil in stdio mode).
 	Auth *mcpedge.Authenticator
+	// AgentKeys mint and verify agent credentials (shared by every
+	// instance through the a2ad_secrets bucket).
+	AgentKeys *agentcred.Keys
 
 	log    *slog.Logger
 	ns     *server.Server
+	keys   atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
 	lock   *os.File
 	nc     *nats.Conn
 	http   *http.Server
@@ -84,7 +91,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 			return nil, perr
 		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
-			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password})
+			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
+			VerifyAgent: d.verifyAgent,
+			AuthRefused: func(remote string, err error) { log.Warn("NATS connection refused", "remote", remote, "reason", err) }})
 		if err != nil {
 			return nil, err
 		}
@@ -105,13 +114,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if err != nil {
 		return nil, err
 	}
+	if d.AgentKeys, err = AgentKeys(ctx, js, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	d.keys.Store(d.AgentKeys)
 	schemas, err := loadSchemas(cfg.SchemasDir)
 	if err != nil {
 		return nil, err
 	}
 	var agentCfg []agentcard.AgentConfig
 	evidence := map[string]string{}
-	for _, a := range cfg.Agents {
+	for i, a := range cfg.Agents {
+		if a.CardURL != "" {
+			u, err := agentcard.CardURL(a.CardURL)
+			if err != nil {
+				return nil, fmt.Errorf("config: agent %s card_url: %w", a.ID, err)
+			}
+			cfg.Agents[i].CardURL, a.CardURL = u, u
+		}
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
 			if _, err := schemas.Get(name); err != nil {
@@ -199,7 +219,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service))))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys))))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -284,6 +304,19 @@ func sharedSecret(ctx context.Context, js jetstream.JetStream, replicas int, nam
 	return secret, nil
 }
 
+// AgentKeys returns the keys of agent credentials that every a2ad instance
+// on js's account shares: an Ed25519 key from the 32-byte seed under
+// "agent-credential-ed25519-seed" in [SecretsBucket], created on first use
+// (replicas as the other buckets). Whoever can read that bucket can mint
+// credentials: a2ad's own NATS user only, never an agent's.
+func AgentKeys(ctx context.Context, js jetstream.JetStream, replicas int) (*agentcred.Keys, error) {
+	seed, err := sharedSecret(ctx, js, replicas, "agent-credential-ed25519-seed")
+	if err != nil {
+		return nil, err
+	}
+	return agentcred.NewKeys(seed)
+}
+
 // Readiness is the /readyz body.
 type Readiness struct {
 	// Ready is true once NATS is connected and every stored task is tracked.
@@ -325,16 +358,36 @@ func loadSchemas(dir string) (*artifact.Registry, error) {
 	return artifact.LoadDir(dir)
 }
 
+// verifyAgent checks an agent credential for the embedded server.
+func (d *Daemon) verifyAgent(token string) (string, time.Time, error) {
+	k := d.keys.Load()
+	if k == nil {
+		return "", time.Time{}, errors.New("a2ad is starting: agent credentials are not accepted yet")
+	}
+	c, err := k.Verify(token)
+	return c.AgentID, c.Expires, err
+}
+
+// register answers a registration (docs/nats-binding.md §9): the request
+// must carry the agent's credential (Authorization: Bearer …) and register
+// the card under the credential's own agent id.
 func (d *Daemon) register(m *nats.Msg) {
 	var req natsbind.RegisterRequest
 	resp := natsbind.RegisterResponse{}
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		resp.Error = "registration must be {\"agentId\":…, \"card\":…}"
+		resp.Code, resp.Error = natsbind.RegisterInvalid, "registration must be {\"agentId\":…, \"card\":…}"
+	} else if cred, err := d.registrant(m.Header, req.AgentID); err != nil {
+		resp.AgentID = req.AgentID
+		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
+		if errors.Is(err, errAgentIDMismatch) {
+			resp.Code = natsbind.RegisterForbidden
+		}
+		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
 	} else {
 		resp.AgentID = req.AgentID
 		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
 		if err != nil {
-			resp.Error = err.Error()
+			resp.Code, resp.Error = natsbind.RegisterInvalid, err.Error()
 			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
 		} else {
 			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
@@ -343,6 +396,34 @@ func (d *Daemon) register(m *nats.Msg) {
 	}
 	b, _ := json.Marshal(resp)
 	_ = m.Respond(b)
+}
+
+var errAgentIDMismatch = errors.New("the credential is for another agent id")
+
+// registrant checks the registration's credential and returns its agent id.
+func (d *Daemon) registrant(h nats.Header, agentID string) (string, error) {
+	auth := h.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
+	}
+	c, err := d.AgentKeys.Verify(tok)
+	if err != nil {
+		return "", err
+	}
+	if c.AgentID != agentID {
+		return c.AgentID, fmt.Errorf("%w: it names %s, the registration %s", errAgentIDMismatch, c.AgentID, safeID(agentID))
+	}
+	return c.AgentID, nil
+}
+
+// safeID returns id if it is a valid agent id, else a placeholder: the
+// registration's agentId is agent text and goes into answers and logs.
+func safeID(id string) string {
+	if natsbind.ValidToken(id) {
+		return id
+	}
+	return "ID"
 }
 
 // watchCard fetches agent id's card from url until ctx ends, revalidating

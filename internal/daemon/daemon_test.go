@@ -92,7 +92,11 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 	s := &stack{d: d}
 	nc := natstest.Connect(t, ns)
 	s.nc = nc
-	s.agent, err = refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave, Logger: log})
+	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.agent, err = refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Misbehave: misbehave, Logger: log, Credential: cred})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,81 +598,19 @@ func TestSecondDaemonOnSameDataDirIsRefused(t *testing.T) {
 	d2.Stop()
 }
 
-// On the embedded server, a client without credentials is an agent: it may
-// publish events (with JetStream acks) and register, but never reach the
-// JetStream API, the KV buckets or the shared secrets; the daemon's user,
-// whose password is in the data directory, may.
-func TestEmbeddedNATSKeepsAgentsOutOfTheStores(t *testing.T) {
-	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1"}, log, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Stop()
-	violations := make(chan error, 8)
-	agent, err := nats.Connect(d.NATSURL, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Close()
-	ajs, _ := jetstream.New(agent)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if _, err := ajs.KeyValue(ctx, daemon.SecretsBucket); err == nil {
-		t.Error("an agent opened the secrets bucket")
-	}
-	if _, err := agent.Subscribe("$KV.a2ad_tasks.>", func(*nats.Msg) {}); err == nil {
-		_ = agent.Flush()
-		select {
-		case v := <-violations:
-			if !strings.Contains(strings.ToLower(v.Error()), "permissions violation") {
-				t.Errorf("subscribing to task records: %v", v)
-			}
-		case <-time.After(2 * time.Second):
-			t.Error("an agent subscribed to the task records")
-		}
-	}
-	if _, err := agent.Subscribe("_A2AD_INBOX.>", func(*nats.Msg) {}); err == nil {
-		_ = agent.Flush()
-		select {
-		case <-violations:
-		case <-time.After(2 * time.Second):
-			t.Error("an agent subscribed to the daemon's inbox, where KV watches deliver")
-		}
-	}
-	m := nats.NewMsg(natsbind.EventsSubject("fraud-review", "tsk-x"))
-	m.Data = []byte(`{"statusUpdate":{"taskId":"a","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}`)
-	m.Header.Set(natsbind.HeaderMsgID, "tsk-x.1")
-	if _, err := ajs.PublishMsg(context.Background(), m); err != nil {
-		t.Errorf("an agent's event was not acknowledged: %v", err)
-	}
-	pw, err := os.ReadFile(daemon.DaemonPasswordPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, _ := os.Stat(daemon.DaemonPasswordPath(dir)); fi.Mode().Perm() != 0o600 {
-		t.Errorf("password file mode %v", fi.Mode().Perm())
-	}
-	op, err := nats.Connect(d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op.Close()
-	ojs, _ := jetstream.New(op)
-	if _, err := ojs.KeyValue(context.Background(), daemon.SecretsBucket); err != nil {
-		t.Errorf("the daemon's user: %v", err)
-	}
-}
-
-// A card fetched from its URL that changes between two fetches puts the
-// agent in quarantine: still listed, no longer delegable, until approved.
+// A card fetched from the agent's well-known URL that changes between two
+// fetches puts the agent in quarantine: still listed, no longer delegable,
+// until approved.
 func TestFetchedCardThatChangesIsQuarantined(t *testing.T) {
 	var mu sync.Mutex
 	card := a2ad.FraudReviewCard()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
+		if r.URL.Path != agentcard.WellKnownPath || r.Header.Get("A2A-Version") != "1.0" {
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "max-age=1")
 		_, _ = w.Write(card)
@@ -678,7 +620,7 @@ func TestFetchedCardThatChangesIsQuarantined(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: ns.ClientURL(), DataDir: t.TempDir(),
 		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"},
-			TrustOnFirstUse: true, CardURL: srv.URL + agentcard.WellKnownPath}}}}, log, false)
+			TrustOnFirstUse: true, CardURL: srv.URL}}}}, log, false) // the origin: the card is at the well-known path
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -705,5 +647,23 @@ func TestFetchedCardThatChangesIsQuarantined(t *testing.T) {
 	var nd *agentcard.NotDelegableError
 	if !errors.As(err, &nd) {
 		t.Errorf("delegation to the quarantined agent: %v, want NotDelegableError", err)
+	}
+}
+
+// A card_url a2ad would not fetch from is a configuration error at start,
+// naming the agent: plain http off loopback, credentials in the URL.
+func TestBadCardURLIsRefusedAtStart(t *testing.T) {
+	ns, _, _ := natstest.Start(t)
+	for url, want := range map[string]string{
+		"http://agents.example.com":           "config: agent fraud-review card_url:",
+		"https://user:pw@agents.example.com/": "config: agent fraud-review card_url:",
+	} {
+		_, err := daemon.Start(context.Background(), daemon.Config{NATSURL: ns.ClientURL(), DataDir: t.TempDir(),
+			Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", CardURL: url}}}},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+		var ue *agentcard.CardURLError
+		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.As(err, &ue) || strings.Contains(err.Error(), "pw@") {
+			t.Errorf("card_url %s: %v, want a *CardURLError after %q, password redacted", url, err, want)
+		}
 	}
 }

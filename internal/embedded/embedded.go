@@ -3,8 +3,7 @@
 package embedded
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -27,30 +26,99 @@ type Options struct {
 	MaxMemory int64
 	MaxStore  int64
 	// DaemonPassword, when set, turns authorization on: user "a2ad" with
-	// this password may do anything (the daemon's own connection); every
-	// client without credentials is an agent, which may only serve its RPC
-	// subjects, reply, publish events and register (AgentPermissions):
-	// never JetStream's API, the KV buckets or the shared secrets.
+	// this password may do anything (the daemon's own connection and
+	// operators' tools on the host). Every other client is an agent and
+	// must present an agent credential, checked by VerifyAgent, as its
+	// CONNECT token; it gets AgentPermissions for the credential's agent id
+	// until the credential expires. Clients without one are refused.
 	DaemonPassword string
+	// VerifyAgent checks agent credentials (nil: every agent is refused).
+	VerifyAgent VerifyAgentFunc
+	// AuthRefused, if set, is told of each refused connection (remote
+	// address and reason; never the credential).
+	AuthRefused func(remote string, err error)
 }
 
 // DaemonUser is the NATS user of a2ad's own connection.
 const DaemonUser = "a2ad"
 
-// AgentPermissions are what a client without credentials may do on the
-// embedded server (docs/nats-binding.md §10). They do not yet tell agents
-// apart: per-agent credentials are a later step.
-//
-// Subscriptions are a deny list because agents choose their inbox prefix
-// (the binding suggests _INBOX_<agentId>): they may not read JetStream's
-// API, KV or system subjects, the daemon's inbox (DaemonInboxPrefix, where
-// KV watches deliver task records), other agents' events or registrations.
-func AgentPermissions() *server.Permissions {
+// VerifyAgentFunc checks an agent credential (the token of a NATS CONNECT)
+// and returns the agent id it speaks for and when it expires.
+type VerifyAgentFunc func(token string) (agentID string, expires time.Time, err error)
+
+// AgentPermissions are what a connection authenticated as agentID may do on
+// the embedded server (docs/nats-binding.md §10): publish its own events
+// and registrations, subscribe to its own RPC subjects and its own inbox
+// (prefix _INBOX_<agentID>, for replies and publish acknowledgements), and
+// answer requests it received. Everything else is refused by the server
+// with a permissions violation: another agent's subjects, JetStream's API,
+// the KV buckets, a2ad's inbox, the system account.
+func AgentPermissions(agentID string) *server.Permissions {
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{"a2a.events.>", "a2a.registry.register"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{">"},
-			Deny: []string{"$JS.>", "$KV.>", "$O.>", "$SYS.>", DaemonInboxPrefix + ".>", "a2a.events.>", "a2a.registry.>"}},
-		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+		Publish:   &server.SubjectPermission{Allow: []string{"a2a.events." + agentID + ".>", "a2a.registry.register"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"a2a.agent." + agentID + ".>", AgentInboxPrefix(agentID) + ".>"}},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+	}
+}
+
+// AgentInboxPrefix is the inbox prefix an agent's connection must use
+// (nats.CustomInboxPrefix): _INBOX_<agentID>.
+func AgentInboxPrefix(agentID string) string { return "_INBOX_" + agentID }
+
+// auth is the embedded server's client authentication: the daemon's user
+// and password, or an agent credential as the CONNECT token.
+type auth struct {
+	password string
+	verify   VerifyAgentFunc
+	refused  func(remote string, err error)
+}
+
+// Check implements server.Authentication.
+func (a *auth) Check(c server.ClientAuthentication) bool {
+	o := c.GetOpts()
+	if c.Kind() != server.CLIENT {
+		return false
+	}
+	if o.Username == DaemonUser {
+		if subtle.ConstantTimeCompare([]byte(o.Password), []byte(a.password)) != 1 {
+			a.fail(c, errors.New("wrong password for user "+DaemonUser))
+			return false
+		}
+		c.RegisterUser(&server.User{Username: DaemonUser})
+		return true
+	}
+	token := o.Token
+	if token == "" {
+		token = o.Password // nats.UserInfo("<agentId>", credential) works too
+	}
+	if token == "" {
+		a.fail(c, errors.New("no agent credential (connect with the credential from `a2ad agents credential ID` as the token)"))
+		return false
+	}
+	if a.verify == nil {
+		a.fail(c, errors.New("agent credentials are not accepted yet (a2ad is starting)"))
+		return false
+	}
+	id, exp, err := a.verify(token)
+	if err != nil {
+		a.fail(c, err)
+		return false
+	}
+	if o.Username != "" && o.Username != id {
+		a.fail(c, fmt.Errorf("user %q is not the credential's agent id %q", o.Username, id))
+		return false
+	}
+	c.RegisterUser(&server.User{Username: id, Permissions: AgentPermissions(id), ConnectionDeadline: exp})
+	return true
+}
+
+func (a *auth) fail(c server.ClientAuthentication, err error) {
+	if a.refused != nil {
+		remote := ""
+		if addr := c.RemoteAddress(); addr != nil {
+			remote = addr.String()
+		}
+		a.refused(remote, err)
 	}
 }
 
@@ -99,11 +167,7 @@ func Start(o Options) (*server.Server, error) {
 		MaxPayload:         1 << 20,
 	}
 	if o.DaemonPassword != "" {
-		opts.Users = []*server.User{
-			{Username: DaemonUser, Password: o.DaemonPassword},
-			{Username: "agent", Password: randomPassword(), Permissions: AgentPermissions()},
-		}
-		opts.NoAuthUser = "agent"
+		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, verify: o.VerifyAgent, refused: o.AuthRefused}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -115,10 +179,4 @@ func Start(o Options) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded: NATS server not ready on %s within 10s (port in use?)", o.Listen)
 	}
 	return s, nil
-}
-
-func randomPassword() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

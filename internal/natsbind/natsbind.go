@@ -89,13 +89,26 @@ type RegisterRequest struct {
 	Card    json.RawMessage `json:"card"` // the exact bytes the agent sent: the fingerprint is over them
 }
 
-// RegisterResponse is the daemon's answer to a registration.
+// RegisterResponse is the daemon's answer to a registration. When the
+// registration is refused, Code is one of the Register* codes and Error
+// says why.
 type RegisterResponse struct {
 	AgentID     string `json:"agentId"`
-	Status      string `json:"status"`
+	Status      string `json:"status,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	Code        string `json:"code,omitempty"`
 	Error       string `json:"error,omitempty"`
 }
+
+// Registration refusal codes (RegisterResponse.Code).
+const (
+	// RegisterUnauthenticated: no credential, or one that does not verify.
+	RegisterUnauthenticated = "unauthenticated"
+	// RegisterForbidden: the credential is another agent's.
+	RegisterForbidden = "forbidden"
+	// RegisterInvalid: the request or the card is malformed or refused.
+	RegisterInvalid = "invalid"
+)
 
 // Client calls agents over the binding. Its zero value is not usable; build
 // one with NewClient.

@@ -73,6 +73,18 @@ type Config struct {
 	Logger *slog.Logger
 	// SlowFor is how long a [ModeSlow] case stays WORKING; default 3 s.
 	SlowFor time.Duration
+	// Credential is the agent credential a2ad minted for AgentID (`a2ad
+	// agents credential ID`), sent with the registration as
+	// Authorization: Bearer. Empty: the registration carries none (a2ad
+	// refuses it).
+	Credential string
+}
+
+// ConnectOptions are the NATS options an agent connection needs on a2ad's
+// embedded server (docs/nats-binding.md §10): the credential as the CONNECT
+// token and the inbox prefix its permissions allow, _INBOX_<agentID>.
+func ConnectOptions(agentID, credential string) []nats.Option {
+	return []nats.Option{nats.Token(credential), nats.CustomInboxPrefix("_INBOX_" + agentID)}
 }
 
 // Stats is what the agent has received so far.
@@ -98,6 +110,7 @@ type Agent struct {
 	js        jetstream.JetStream
 	agentID   string
 	card      []byte
+	cred      string
 	misbehave map[string]string
 	slowFor   time.Duration
 	log       *slog.Logger
@@ -171,6 +184,7 @@ func New(nc *nats.Conn, cfg Config) (*Agent, error) {
 		js:        js,
 		agentID:   cfg.AgentID,
 		card:      slices.Clone(card),
+		cred:      cfg.Credential,
 		misbehave: mis,
 		slowFor:   cmp.Or(cfg.SlowFor, 3*time.Second),
 		log:       log.With("agent", cfg.AgentID),

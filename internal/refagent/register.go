@@ -45,6 +45,9 @@ func (a *Agent) register() {
 		}
 		msg := nats.NewMsg(natsbind.RegisterSubject)
 		msg.Header.Set(natsbind.HeaderA2AVersion, a2a.Version)
+		if a.cred != "" {
+			msg.Header.Set("Authorization", "Bearer "+a.cred)
+		}
 		msg.Data = body
 		ctx, cancel := context.WithTimeout(a.ctx, registerTimeout)
 		reply, err := a.nc.RequestMsgWithContext(ctx, msg)
@@ -55,7 +58,7 @@ func (a *Agent) register() {
 			case json.Unmarshal(reply.Data, &r) != nil:
 				a.log.Warn("registration answer is not a RegisterResponse", "bytes", len(reply.Data))
 			case r.Error != "":
-				a.log.Warn("registration refused", "status", r.Status, "error", r.Error)
+				a.log.Warn("registration refused", "code", r.Code, "error", r.Error)
 			default:
 				a.log.Info("registered", "status", r.Status, "fingerprint", r.Fingerprint)
 			}

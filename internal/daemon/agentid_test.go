@@ -1,0 +1,296 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/task"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// asyncErrs collects a connection's asynchronous errors (the server's
+// permission violations arrive that way).
+type asyncErrs struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (a *asyncErrs) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.errs = append(a.errs, err.Error())
+}
+
+// violation waits for the server's permissions violation naming op
+// ("Subscription" or "Publish") and subject.
+func (a *asyncErrs) violation(t *testing.T, op, subject string) {
+	t.Helper()
+	want := strings.ToLower(`permissions violation for ` + op + ` to "` + subject + `"`)
+	waitFor(t, "a permissions violation for "+op+" to "+subject, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, e := range a.errs {
+			if strings.Contains(strings.ToLower(e), want) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func startEmbedded(t *testing.T, agents ...string) *daemon.Daemon {
+	t.Helper()
+	var cfg []daemon.AgentConfig
+	for _, id := range agents {
+		cfg = append(cfg, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: id, Tenants: []string{"default"}, TrustOnFirstUse: true}})
+	}
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1", Agents: cfg},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d
+}
+
+func mint(t *testing.T, d *daemon.Daemon, id string, ttl time.Duration) string {
+	t.Helper()
+	tok, _, err := d.AgentKeys.Mint(id, ttl, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// On the embedded server an agent connects only with a credential a2ad
+// minted, and gets its own subjects only: with agent-a's credential a
+// client can neither read agent-b's briefs nor forge agent-b's events, nor
+// reach JetStream, the KV buckets or the daemon's inbox.
+func TestAgentCredentialConfinesAConnectionToItsOwnSubjects(t *testing.T) {
+	d := startEmbedded(t, "agent-a", "agent-b")
+
+	// No credential, a forged one, an expired one, a host-style token:
+	// the server refuses the connection.
+	other, _ := agentcred.NewKeys(bytes.Repeat([]byte{7}, 32))
+	forged, _, _ := other.Mint("agent-a", time.Hour, time.Now())
+	expired, _, _ := d.AgentKeys.Mint("agent-a", time.Hour, time.Now().Add(-2*time.Hour))
+	for name, opts := range map[string][]nats.Option{
+		"no credential":                        nil,
+		"forged credential":                    {nats.Token(forged)},
+		"expired credential":                   {nats.Token(expired)},
+		"wrong daemon password":                {nats.UserInfo("a2ad", "guess")},
+		"user name not the credential's agent": {nats.UserInfo("agent-b", mint(t, d, "agent-a", time.Hour))},
+	} {
+		nc, err := nats.Connect(d.NATSURL, append(opts, nats.MaxReconnects(0))...)
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		} else if !errors.Is(err, nats.ErrAuthorization) {
+			t.Errorf("%s: %v, want an authorization violation", name, err)
+		}
+	}
+
+	// agent-b is the real reference agent, with its own credential.
+	credB := mint(t, d, "agent-b", time.Hour)
+	ncB, err := nats.Connect(d.NATSURL, refagent.ConnectOptions("agent-b", credB)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncB.Close()
+	agentB, err := refagent.New(ncB, refagent.Config{AgentID: "agent-b", Card: a2ad.FraudReviewCard(), Credential: credB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agentB.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer agentB.Stop()
+
+	// A client holding agent-a's credential.
+	var errs asyncErrs
+	ncA, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("agent-a", mint(t, d, "agent-a", time.Hour)), nats.ErrorHandler(errs.handler))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncA.Close()
+	for _, subj := range []string{
+		natsbind.AgentSubjects("agent-b"), // agent-b's briefs
+		natsbind.RPCSubject("agent-b"),
+		"_INBOX_agent-b.>",      // agent-b's replies and acks
+		"a2a.events.>",          // every agent's events
+		"a2a.registry.register", // registrations, with their credentials
+		"$KV.a2ad_tasks.>",      // task records
+		"_A2AD_INBOX.>",         // the daemon's inbox, where KV watches deliver
+		"$JS.API.>",             // JetStream's API
+		">",
+	} {
+		if _, err := ncA.Subscribe(subj, func(*nats.Msg) { t.Errorf("agent-a received a message on %s", subj) }); err != nil {
+			t.Fatal(err)
+		}
+		_ = ncA.Flush()
+		errs.violation(t, "subscription", subj)
+	}
+	ajs, _ := jetstream.New(ncA)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := ajs.KeyValue(ctx, daemon.SecretsBucket); err == nil {
+		t.Error("agent-a opened the secrets bucket")
+	}
+
+	// agent-a forges an event for agent-b's task: refused by the server,
+	// never stored in the events stream.
+	forgedEvent := natsbind.EventsSubject("agent-b", "tsk-forged")
+	if err := ncA.Publish(forgedEvent, []byte(`{"statusUpdate":{"taskId":"x","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = ncA.Flush()
+	errs.violation(t, "publish", forgedEvent)
+	// Its own events are acknowledged by JetStream.
+	own := nats.NewMsg(natsbind.EventsSubject("agent-a", "tsk-own"))
+	own.Data = []byte(`{"statusUpdate":{"taskId":"x","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}`)
+	own.Header.Set(natsbind.HeaderMsgID, "tsk-own.1")
+	if _, err := ajs.PublishMsg(context.Background(), own); err != nil {
+		t.Errorf("agent-a's own event: %v", err)
+	}
+	op := operatorConn(t, d)
+	ojs, _ := jetstream.New(op)
+	if _, err := ojs.KeyValue(context.Background(), daemon.SecretsBucket); err != nil {
+		t.Errorf("the daemon's user cannot open the secrets bucket: %v", err)
+	}
+	stream, err := ojs.Stream(context.Background(), task.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetLastMsgForSubject(context.Background(), forgedEvent); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the forged event is in the stream: %v", err)
+	}
+	if _, err := stream.GetLastMsgForSubject(context.Background(), own.Subject); err != nil {
+		t.Errorf("agent-a's own event is not in the stream: %v", err)
+	}
+
+	// A request for agent-b is answered by agent-b; agent-a saw nothing
+	// (its subscriptions above fail the test if they ever deliver).
+	reply, err := natsbind.NewClient(op).Call(context.Background(), "agent-b", "GetTask", map[string]string{"id": "no-such-task"}, nil)
+	var rpcErr *a2a.RPCError
+	if !errors.As(err, &rpcErr) || rpcErr.Code != a2a.CodeTaskNotFound {
+		t.Errorf("GetTask to agent-b: %s %v, want agent-b's task-not-found error", reply, err)
+	}
+}
+
+// A registration must carry the agent's credential and register the card
+// under the credential's own id: a forged card for another agent's id is
+// refused, and that agent's record is untouched.
+func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
+	ns, _, _ := natstest.Start(t) // external NATS: the registry checks credentials there too
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: ns.ClientURL(), DataDir: t.TempDir(),
+		Agents: []daemon.AgentConfig{
+			{AgentConfig: agentcard.AgentConfig{ID: "agent-a", Tenants: []string{"default"}, TrustOnFirstUse: true}},
+			{AgentConfig: agentcard.AgentConfig{ID: "agent-b", Tenants: []string{"default"}, TrustOnFirstUse: true}},
+		}}, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	nc := natstest.Connect(t, ns)
+	register := func(agentID, credential string) natsbind.RegisterResponse {
+		t.Helper()
+		body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: agentID, Card: a2ad.FraudReviewCard()})
+		m := nats.NewMsg(natsbind.RegisterSubject)
+		m.Data = body
+		if credential != "" {
+			m.Header.Set("Authorization", "Bearer "+credential)
+		}
+		reply, err := nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r natsbind.RegisterResponse
+		if err := json.Unmarshal(reply.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	credA := mint(t, d, "agent-a", time.Hour)
+	other, _ := agentcred.NewKeys(bytes.Repeat([]byte{7}, 32))
+	forged, _, _ := other.Mint("agent-b", time.Hour, time.Now())
+
+	for name, tc := range map[string]struct {
+		agentID, cred, code, msg string
+	}{
+		"agent-a's credential, agent-b's id": {"agent-b", credA, natsbind.RegisterForbidden, "the credential is for another agent id: it names agent-a, the registration agent-b"},
+		"no credential":                      {"agent-b", "", natsbind.RegisterUnauthenticated, "registration needs the agent's credential"},
+		"credential not minted by a2ad":      {"agent-b", forged, natsbind.RegisterUnauthenticated, "agent credential invalid: signature does not verify"},
+	} {
+		r := register(tc.agentID, tc.cred)
+		if r.Code != tc.code || !strings.Contains(r.Error, tc.msg) || r.Status != "" || r.Fingerprint != "" {
+			t.Errorf("%s: %+v, want code %s and %q", name, r, tc.code, tc.msg)
+		}
+		if strings.Contains(r.Error, credA) || strings.Contains(r.Error, forged) {
+			t.Errorf("%s: the answer quotes the credential", name)
+		}
+	}
+	if _, err := d.Service.Agents.Get(context.Background(), "agent-b"); !errors.Is(err, agentcard.ErrAgentNotFound) {
+		t.Errorf("agent-b after forged registrations: %v, want not found", err)
+	}
+	if r := register("agent-a", credA); r.Code != "" || r.Status != "approved" || !strings.HasPrefix(r.Fingerprint, "sha256:") {
+		t.Errorf("agent-a's own registration: %+v", r)
+	}
+}
+
+// A connection lasts no longer than its credential: the embedded server
+// closes it at the credential's expiry.
+func TestAgentConnectionEndsWhenItsCredentialExpires(t *testing.T) {
+	d := startEmbedded(t)
+	closed := make(chan error, 4)
+	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("agent-a", mint(t, d, "agent-a", 2*time.Second)),
+		nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { closed <- err }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, nats.ErrAuthExpired) {
+			t.Errorf("closed with %v, want %v", err, nats.ErrAuthExpired)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection outlived its credential")
+	}
+}
+
+// operatorConn connects as a2ad's own user, with the password in the data
+// directory, as operators' tools on the host do.
+func operatorConn(t *testing.T, d *daemon.Daemon) *nats.Conn {
+	t.Helper()
+	pw, err := os.ReadFile(daemon.DaemonPasswordPath(d.Config.DataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(daemon.DaemonPasswordPath(d.Config.DataDir)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("password file mode %v, want 0600", fi.Mode().Perm())
+	}
+	nc, err := nats.Connect(d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
