@@ -104,12 +104,19 @@ func run(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	lastConnectErr := ""
 	opts := append(refagent.ConnectOptions(*agentID, cred), // the per-agent permissions of docs/nats-binding.md §10
 		nats.Name("fraud-review-agent/"+*agentID),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
 		nats.ConnectHandler(func(c *nats.Conn) { log.Info("connected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if msg := err.Error(); msg != lastConnectErr { // once per distinct error, not every second
+				lastConnectErr = msg
+				log.Warn("cannot connect to NATS; retrying every second", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected", "url", c.ConnectedUrlRedacted()) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {

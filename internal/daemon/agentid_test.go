@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/task"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -293,4 +295,81 @@ func operatorConn(t *testing.T, d *daemon.Daemon) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// deploy/nats-cluster/accounts.conf gives an external NATS the same
+// per-agent permissions: a2ad and the reference agent work through it, and
+// the agent's NATS user cannot touch another agent's subjects or JetStream.
+func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
+	dir := t.TempDir()
+	accounts, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600)
+	main := "listen: 127.0.0.1:-1\njetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\ninclude ./accounts.conf\n"
+	_ = os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o600)
+	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
+	t.Setenv("FRAUD_REVIEW_NATS_PASSWORD", "fraud-review-secret")
+	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("deploy/nats-cluster/accounts.conf: %v", err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	hostPort := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(),
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+
+	agentURL := "nats://fraud-review:fraud-review-secret@" + hostPort
+	cred := mint(t, d, "fraud-review", time.Hour)
+	var errs asyncErrs
+	nc, err := nats.Connect(agentURL, append(refagent.ConnectOptions("fraud-review", cred), nats.ErrorHandler(errs.handler))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Stop()
+	waitFor(t, "fraud-review to register through its NATS user", func() bool {
+		rec, err := d.Service.Agents.Get(context.Background(), "fraud-review")
+		return err == nil && rec.Status == agentcard.StatusApproved && rec.Delegable
+	})
+	for _, subj := range []string{natsbind.AgentSubjects("other"), "_INBOX_other.>", "$KV.a2ad_tasks.>", "_A2AD_INBOX.>"} {
+		if _, err := nc.Subscribe(subj, func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+		errs.violation(t, "subscription", subj)
+	}
+	forged := natsbind.EventsSubject("other", "tsk-forged")
+	_ = nc.Publish(forged, []byte(`{}`))
+	_ = nc.Flush()
+	errs.violation(t, "publish", forged)
+	_ = nc.Publish("$JS.API.STREAM.LIST", nil)
+	_ = nc.Flush()
+	errs.violation(t, "publish", "$JS.API.STREAM.LIST")
+	if _, err := nats.Connect("nats://fraud-review:guess@"+hostPort, nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("a wrong password: %v, want an authorization violation", err)
+	}
 }
