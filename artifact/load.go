@@ -50,6 +50,7 @@ type Schema struct {
 	Document json.RawMessage // the file bytes, compacted with json.Compact
 
 	compiled *gojsonschema.Schema
+	source   []byte // the file bytes, which Digest digests (Catalog archives them)
 	// names holds every property name the schema declares (keys of
 	// "properties", entries of "required" and "dependencies"): the only
 	// object keys a Violation pointer may name.
@@ -208,6 +209,7 @@ func compile(file string, b []byte) (*Schema, error) {
 		Digest:   "sha256:" + hex.EncodeToString(sum[:]),
 		Document: json.RawMessage(compact.Bytes()),
 		compiled: compiled,
+		source:   b,
 		names:    c.names,
 	}, nil
 }

@@ -36,8 +36,10 @@ var errNoChange = errors.New("no change")
 // Tracker applies agent events to task records: FSM check, artifact
 // validation on completion, compare-and-swap write.
 type Tracker struct {
-	Store   *Store
-	Schemas *artifact.Registry
+	Store *Store
+	// Schemas gives each task the host schema version it was delegated
+	// with (Record.SchemaDigest), whatever has been reloaded since.
+	Schemas *artifact.Catalog
 	Log     *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -443,10 +445,10 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 	if _, err := Fire(r.State, EventComplete); err != nil {
 		return r.Move(now, EventComplete, SourceAgent, "", msgID) // records the refusal
 	}
-	schema, err := t.Schemas.Get(r.OutputSchema)
+	schema, err := t.Schemas.ForTask(r.OutputSchema, r.SchemaDigest)
 	if err != nil {
 		r.Pending = nil
-		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected+": host schema "+r.OutputSchema+" no longer loaded", msgID)
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected+": host schema "+r.OutputSchema+" version no longer known", msgID)
 	}
 	if len(r.Pending) == 0 {
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactMissing, msgID)

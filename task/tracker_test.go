@@ -27,7 +27,11 @@ func newTracker(t testing.TB) *Tracker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schemas, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas, err := artifact.NewCatalog(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +184,11 @@ func FuzzApplyEvent(f *testing.F) {
 	for _, s := range []string{working, completed, good, bad, `{}`, `{"task":{"id":"x","status":{"state":"TASK_STATE_FAILED"}}}`} {
 		f.Add([]byte(s), uint8(0))
 	}
-	schemas, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		f.Fatal(err)
+	}
+	schemas, err := artifact.NewCatalog(reg, nil)
 	if err != nil {
 		f.Fatal(err)
 	}

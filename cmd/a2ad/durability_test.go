@@ -249,10 +249,17 @@ func terminalState(s string) bool {
 
 // adminRecord reads a task's full record from the admin API.
 type adminRecord struct {
-	TaskID  string `json:"task_id"`
-	State   string `json:"state"`
-	Reason  string `json:"reason"`
-	Outbox  any    `json:"outbox"`
+	TaskID string `json:"task_id"`
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Outbox any    `json:"outbox"`
+	// Verdicts are the artifact verdicts (artifact.Verdict).
+	Verdicts []struct {
+		Violations []struct {
+			Pointer string `json:"pointer"`
+			Keyword string `json:"keyword"`
+		} `json:"violations"`
+	} `json:"verdicts"`
 	History []struct {
 		From    string `json:"from"`
 		To      string `json:"to"`

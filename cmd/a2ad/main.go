@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -77,6 +78,7 @@ func newServe() *cobra.Command {
 			}
 			defer d.Stop()
 			log.Info("a2ad serving", "nats", d.NATSURL, "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
+			go reloadOnHUP(ctx, d, log)
 			if stdio {
 				err := d.MCP.Run(ctx, &mcp.StdioTransport{})
 				if ctx.Err() == nil && err != nil {
@@ -105,4 +107,25 @@ func mcpURL(d *daemon.Daemon) string {
 		return "stdio"
 	}
 	return d.HTTPURL + "/mcp"
+}
+
+// reloadOnHUP reloads the host schemas on each SIGHUP until ctx ends. A
+// refused reload changes nothing and is logged with its reason.
+func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			ch, err := d.ReloadSchemas()
+			if err != nil {
+				log.Error("host schemas not reloaded; the previous ones stay in force", "err", err)
+				continue
+			}
+			log.Info("host schemas reloaded", "added", ch.Added, "changed", ch.Changed, "removed", ch.Removed, "unchanged", len(ch.Unchanged))
+		}
+	}
 }

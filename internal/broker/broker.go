@@ -60,7 +60,7 @@ type DelegateRequest struct {
 // Service wires the domain packages to NATS.
 type Service struct {
 	Agents  *agentcard.Registry
-	Schemas *artifact.Registry
+	Schemas *artifact.Catalog // the host schemas in force
 	Tasks   *task.Store
 	Client  *natsbind.Client
 	Log     *slog.Logger

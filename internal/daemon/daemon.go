@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		return nil, err
 	}
 	d.keys.Store(d.AgentKeys)
-	schemas, err := loadSchemas(cfg.SchemasDir)
+	reg, err := loadSchemas(cfg.SchemasDir)
 	if err != nil {
 		return nil, err
 	}
@@ -134,11 +134,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		}
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
-			if _, err := schemas.Get(name); err != nil {
-				return nil, fmt.Errorf("config: agent %s skill %s evidence schema: %w", a.ID, skill, err)
-			}
 			evidence[a.ID+"/"+skill] = name
 		}
+	}
+	if err := checkEvidenceSchemas(cfg, reg); err != nil {
+		return nil, err
+	}
+	archive, err := newSchemaArchive(ctx, js, cfg.Replicas)
+	if err != nil {
+		return nil, err
+	}
+	schemas, err := artifact.NewCatalog(reg, archive)
+	if err != nil {
+		return nil, err
 	}
 	agents, err := agentcard.NewRegistry(ctx, js, agentCfg, cfg.Replicas)
 	if err != nil {
@@ -349,6 +357,34 @@ func (d *Daemon) ready(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
 	_ = json.NewEncoder(w).Encode(rd)
+}
+
+// ReloadSchemas loads the host schemas again (SIGHUP): new delegations use
+// the new versions, tasks already delegated keep the version they were
+// delegated with. If a schema is refused, or an agent's evidence schema is
+// gone, nothing changes and the error says why.
+func (d *Daemon) ReloadSchemas() (artifact.Changes, error) {
+	reg, err := loadSchemas(d.Config.SchemasDir)
+	if err != nil {
+		return artifact.Changes{}, err
+	}
+	if err := checkEvidenceSchemas(d.Config, reg); err != nil {
+		return artifact.Changes{}, err
+	}
+	return d.Service.Schemas.Reload(reg)
+}
+
+// checkEvidenceSchemas refuses a configuration naming an evidence schema
+// that reg does not hold.
+func checkEvidenceSchemas(cfg Config, reg *artifact.Registry) error {
+	for _, a := range cfg.Agents {
+		for skill, name := range a.EvidenceSchemas {
+			if _, err := reg.Get(name); err != nil {
+				return fmt.Errorf("config: agent %s skill %s evidence schema: %w", a.ID, skill, err)
+			}
+		}
+	}
+	return nil
 }
 
 func loadSchemas(dir string) (*artifact.Registry, error) {
