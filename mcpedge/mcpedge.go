@@ -228,10 +228,12 @@ type TaskOutput struct {
 	Artifacts     []ArtifactOutput   `json:"artifacts,omitempty" jsonschema:"validated artifacts, present when completed"`
 	Verdicts      []artifact.Verdict `json:"verdicts,omitempty" jsonschema:"validation verdicts: JSON pointers and schema keywords, never the rejected content"`
 	BriefDigest   string             `json:"brief_digest"`
-	Deadline      string             `json:"deadline" jsonschema:"RFC 3339"`
-	CreatedAt     string             `json:"created_at" jsonschema:"RFC 3339"`
-	UpdatedAt     string             `json:"updated_at" jsonschema:"RFC 3339"`
-	Waited        bool               `json:"waited,omitempty" jsonschema:"true if the wait ended before a terminal or interrupted state; call task_get again"`
+	// DroppedEvidence: evidence the agent may not receive, left out of the brief.
+	DroppedEvidence []string `json:"dropped_evidence,omitempty" jsonschema:"JSON pointers of evidence members left out of the brief: the agent's configuration does not allow them"`
+	Deadline        string   `json:"deadline" jsonschema:"RFC 3339"`
+	CreatedAt       string   `json:"created_at" jsonschema:"RFC 3339"`
+	UpdatedAt       string   `json:"updated_at" jsonschema:"RFC 3339"`
+	Waited          bool     `json:"waited,omitempty" jsonschema:"true if the wait ended before a terminal or interrupted state; call task_get again"`
 }
 
 // ArtifactOutput is a validated artifact.
@@ -251,7 +253,7 @@ type PartOutput struct {
 
 func view(r *task.Record, timedOut bool) TaskOutput {
 	o := TaskOutput{TaskID: r.ID, State: string(r.State), Agent: r.AgentID, Skill: r.Skill, Reason: r.Reason,
-		Question: r.Question, StatusMessage: r.StatusMessage, Verdicts: r.Verdicts, BriefDigest: r.BriefDigest,
+		Question: r.Question, StatusMessage: r.StatusMessage, Verdicts: r.Verdicts, BriefDigest: r.BriefDigest, DroppedEvidence: r.DroppedEvidence,
 		Deadline: r.Deadline.Format(time.RFC3339Nano), CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.UpdatedAt.Format(time.RFC3339Nano),
 		Waited: timedOut && !r.State.Terminal() && !r.State.Interrupted()}
 	if r.State == task.Completed {

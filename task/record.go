@@ -57,29 +57,32 @@ type Artifact struct {
 // Pending holds artifact content not yet validated; it is never shown to a
 // host, and rejected content is dropped from the record.
 type Record struct {
-	ID             string             `json:"task_id"`
-	Tenant         string             `json:"tenant"`
-	Subject        string             `json:"subject"`
-	AgentID        string             `json:"agent_id"`
-	Skill          string             `json:"skill"`
-	AgentTaskID    string             `json:"agent_task_id,omitempty"`
-	ContextID      string             `json:"context_id,omitempty"`
-	BriefDigest    string             `json:"brief_digest"`
-	OutputSchema   string             `json:"output_schema"`
-	SchemaDigest   string             `json:"schema_digest"`
-	IdempotencyKey string             `json:"idempotency_key,omitempty"`
-	State          State              `json:"state"`
-	Reason         string             `json:"reason,omitempty"`
-	StatusMessage  string             `json:"status_message,omitempty"`
-	Question       string             `json:"question,omitempty"`
-	Artifacts      []Artifact         `json:"artifacts,omitempty"`
-	Verdicts       []artifact.Verdict `json:"verdicts,omitempty"`
-	Pending        []a2a.Artifact     `json:"pending,omitempty"`
-	Turns          int                `json:"turns"`
-	Deadline       time.Time          `json:"deadline"`
-	CreatedAt      time.Time          `json:"created_at"`
-	UpdatedAt      time.Time          `json:"updated_at"`
-	History        []Transition       `json:"history"`
+	ID           string `json:"task_id"`
+	Tenant       string `json:"tenant"`
+	Subject      string `json:"subject"`
+	AgentID      string `json:"agent_id"`
+	Skill        string `json:"skill"`
+	AgentTaskID  string `json:"agent_task_id,omitempty"`
+	ContextID    string `json:"context_id,omitempty"`
+	BriefDigest  string `json:"brief_digest"`
+	OutputSchema string `json:"output_schema"`
+	SchemaDigest string `json:"schema_digest"`
+	// DroppedEvidence lists, as JSON pointers into the host's evidence, the
+	// members the agent's evidence allowlist kept out of the brief.
+	DroppedEvidence []string           `json:"dropped_evidence,omitempty"`
+	IdempotencyKey  string             `json:"idempotency_key,omitempty"`
+	State           State              `json:"state"`
+	Reason          string             `json:"reason,omitempty"`
+	StatusMessage   string             `json:"status_message,omitempty"`
+	Question        string             `json:"question,omitempty"`
+	Artifacts       []Artifact         `json:"artifacts,omitempty"`
+	Verdicts        []artifact.Verdict `json:"verdicts,omitempty"`
+	Pending         []a2a.Artifact     `json:"pending,omitempty"`
+	Turns           int                `json:"turns"`
+	Deadline        time.Time          `json:"deadline"`
+	CreatedAt       time.Time          `json:"created_at"`
+	UpdatedAt       time.Time          `json:"updated_at"`
+	History         []Transition       `json:"history"`
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`

@@ -48,6 +48,11 @@ func newDemo() *cobra.Command {
 	return cmd
 }
 
+// fraudReviewEvidence is the evidence the fraud-review agent may receive, as
+// in deploy/a2ad.yaml: free-text notes and anything else stay with the host.
+var fraudReviewEvidence = []string{"case_id", "amount_cents", "currency", "manual_review_above_cents",
+	"customer_tenure_days", "prior_refunds_90d", "order_id"}
+
 // demoCase is one delegation of the demo and the outcome it must reach.
 type demoCase struct {
 	title     string
@@ -66,8 +71,9 @@ var demoCases = []demoCase{
 		wantState: task.Completed,
 	},
 	{
-		title:     "C-7: small refund (immediate completion)",
-		evidence:  map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 900},
+		title: "C-7: small refund (immediate completion; the customer's e-mail stays with the host)",
+		evidence: map[string]any{"case_id": "C-7", "amount_cents": 1999, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 900,
+			"customer_email": "jane.doe@example.com"},
 		wantState: task.Completed,
 	},
 	{
@@ -89,6 +95,7 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
 		}},
 	}, log, true)
 	if err != nil {
@@ -193,6 +200,9 @@ func runCase(ctx context.Context, out io.Writer, s *mcp.ClientSession, c demoCas
 		return nil, err
 	}
 	fmt.Fprintf(out, "delegate -> task %s: %s\n", got.TaskID, got.State)
+	if len(got.DroppedEvidence) > 0 {
+		fmt.Fprintf(out, "left out of the brief (not allowed for fraud-review): %s\n", strings.Join(got.DroppedEvidence, ", "))
+	}
 	if got.State == string(task.InputRequired) {
 		fmt.Fprintf(out, "agent asks: %s\n", got.Question)
 		if c.answer == "" {

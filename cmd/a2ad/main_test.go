@@ -96,6 +96,7 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 	for _, want := range []string{
 		"agent asks: Case C-41: the refund of 125000 cents is above the manual review threshold of 50000 cents.",
 		"host answers: yes",
+		"left out of the brief (not allowed for fraud-review): /customer_email",
 		`"case_id":"C-41"`,
 		"verdict: completed — as expected",
 		"verdict: failed (artifact_rejected) — as expected",

@@ -68,6 +68,11 @@ type Service struct {
 	// EvidenceSchemas maps "agentId/skillId" to a host schema the evidence
 	// must satisfy before anything is sent.
 	EvidenceSchemas map[string]string
+	// EvidenceAllow maps "agentId/skillId" (or "agentId/*" for the agent's
+	// other skills) to the evidence that agent may receive; the rest is
+	// dropped before the brief is built and listed in
+	// task.Record.DroppedEvidence. No entry: all evidence goes.
+	EvidenceAllow map[string]*brief.Allowlist
 
 	schedOnce sync.Once
 	sched     *scheduler
@@ -134,6 +139,14 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	if err != nil {
 		return nil, err
 	}
+	al, ok := s.EvidenceAllow[req.Agent+"/"+req.Skill]
+	if !ok {
+		al = s.EvidenceAllow[req.Agent+"/*"]
+	}
+	var dropped []string
+	if req.Brief.Evidence, dropped, err = al.Filter(req.Brief.Evidence); err != nil {
+		return nil, err
+	}
 	if name, ok := s.EvidenceSchemas[req.Agent+"/"+req.Skill]; ok {
 		es, err := s.Schemas.Get(name)
 		if err != nil {
@@ -155,7 +168,7 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	r := &task.Record{
 		ID: id, Tenant: p.Tenant, Subject: p.Subject, AgentID: req.Agent, Skill: req.Skill,
 		BriefDigest: b.Digest(), OutputSchema: schema.Name, SchemaDigest: schema.Digest,
-		IdempotencyKey: req.IdempotencyKey, State: task.Submitted, Turns: 1,
+		IdempotencyKey: req.IdempotencyKey, DroppedEvidence: dropped, State: task.Submitted, Turns: 1,
 		Deadline:  now.Add(time.Duration(b.Budget.DeadlineSeconds) * time.Second),
 		CreatedAt: now, UpdatedAt: now,
 		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: p.Subject}},

@@ -55,6 +55,12 @@ type AgentConfig struct {
 	// EvidenceSchemas maps a skill id to the host schema its evidence must
 	// satisfy before anything is sent.
 	EvidenceSchemas map[string]string `yaml:"evidence_schemas"`
+	// EvidenceKeys maps a skill id ("*": every skill without its own
+	// entry) to the evidence the agent may receive, as JSON pointers or
+	// top-level names (brief.Allowlist); other evidence is dropped before
+	// the brief is built and the host is told what was dropped. A skill
+	// with no entry (and no "*") receives all evidence.
+	EvidenceKeys map[string][]string `yaml:"evidence_keys"`
 }
 
 // PrincipalConfig is a configured principal.

@@ -124,6 +124,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	var agentCfg []agentcard.AgentConfig
 	evidence := map[string]string{}
+	allow := map[string]*brief.Allowlist{}
 	for i, a := range cfg.Agents {
 		if a.CardURL != "" {
 			u, err := agentcard.CardURL(a.CardURL)
@@ -135,6 +136,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
 			evidence[a.ID+"/"+skill] = name
+		}
+		for skill, keys := range a.EvidenceKeys {
+			al, err := brief.NewAllowlist(keys)
+			if err != nil {
+				return nil, fmt.Errorf("config: agent %s evidence_keys %s: %w", a.ID, skill, err)
+			}
+			allow[a.ID+"/"+skill] = al
 		}
 	}
 	if err := checkEvidenceSchemas(cfg, reg); err != nil {
@@ -155,7 +163,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
-		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence}
+		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence, EvidenceAllow: allow}
 	store, err := task.NewStore(runCtx, js, cfg.Replicas, d.Service.Track)
 	if err != nil {
 		return nil, err

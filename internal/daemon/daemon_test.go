@@ -83,6 +83,8 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default", "acme"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+			EvidenceKeys: map[string][]string{"assess_refund_risk": {"case_id", "amount_cents", "currency",
+				"manual_review_above_cents", "customer_tenure_days", "prior_refunds_90d", "order_id"}},
 		}},
 	}, log, true)
 	if err != nil {
@@ -269,6 +271,35 @@ func TestSmallCaseCompletesAtOnce(t *testing.T) {
 	again, errText := s.call(t, "task_get", map[string]any{"task_id": got.TaskID}, nil)
 	if errText != "" || again.State != "completed" || len(again.Artifacts) != 1 {
 		t.Fatalf("task_get = %+v %s", again, errText)
+	}
+}
+
+// Evidence the agent's allowlist does not name never reaches it: the brief
+// the agent receives lacks it, and the host is told which members stayed
+// behind. An idempotent replay reports the same.
+func TestEvidenceOutsideTheAllowlistStaysWithTheHost(t *testing.T) {
+	s := start(t, nil)
+	ev := evidence("C-9", 1999)
+	ev["customer_email"] = "jane.doe@example.com"
+	ev["notes"] = "VIP, called twice"
+	args := delegateArgs(ev)
+	args["idempotency_key"] = "k-9"
+	got, errText := s.call(t, "delegate", args, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if got.State != "completed" || !slices.Equal(got.DroppedEvidence, []string{"/customer_email", "/notes"}) {
+		t.Fatalf("got %s, dropped %q; want completed, dropped [/customer_email /notes]", got.State, got.DroppedEvidence)
+	}
+	st := s.agent.Stats()
+	received := string(st.Received[len(st.Received)-1])
+	if strings.Contains(received, "jane.doe") || strings.Contains(received, "customer_email") || strings.Contains(received, "VIP") ||
+		!strings.Contains(received, `"case_id":"C-9"`) {
+		t.Errorf("the agent received %s", received)
+	}
+	again, errText := s.call(t, "delegate", args, nil)
+	if errText != "" || again.TaskID != got.TaskID || !slices.Equal(again.DroppedEvidence, got.DroppedEvidence) {
+		t.Errorf("replay: %+v %s", again, errText)
 	}
 }
 
