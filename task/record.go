@@ -78,11 +78,14 @@ type Record struct {
 	Artifacts       []Artifact         `json:"artifacts,omitempty"`
 	Verdicts        []artifact.Verdict `json:"verdicts,omitempty"`
 	Pending         []a2a.Artifact     `json:"pending,omitempty"`
-	Turns           int                `json:"turns"`
-	Deadline        time.Time          `json:"deadline"`
-	CreatedAt       time.Time          `json:"created_at"`
-	UpdatedAt       time.Time          `json:"updated_at"`
-	History         []Transition       `json:"history"`
+	// PendingChunks says, for each Pending artifact (same index), how its
+	// chunks arrived (A2A append / lastChunk).
+	PendingChunks []Chunks     `json:"pending_chunks,omitempty"`
+	Turns         int          `json:"turns"`
+	Deadline      time.Time    `json:"deadline"`
+	CreatedAt     time.Time    `json:"created_at"`
+	UpdatedAt     time.Time    `json:"updated_at"`
+	History       []Transition `json:"history"`
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
@@ -132,6 +135,20 @@ type Outbound struct {
 	CancelOnReply bool `json:"cancel_on_reply,omitempty"`
 }
 
+// Chunks is how one artifact's chunks arrived (A2A 1.0
+// TaskArtifactUpdateEvent append and lastChunk; events are applied in the
+// binding's per-task order, so arrival order is the agent's order).
+type Chunks struct {
+	// Appends counts the chunks appended after the first.
+	Appends int `json:"appends,omitempty"`
+	// Last is set once a chunk said lastChunk.
+	Last bool `json:"last,omitempty"`
+	// Fault names a chunk sequence a2ad cannot assemble faithfully, which
+	// rejects the artifact: "chunk_without_start" (an append to an artifact
+	// never begun, e.g. a lost first chunk) or "chunk_after_last".
+	Fault string `json:"fault,omitempty"`
+}
+
 // Clone returns a copy that shares no slice or outbox with r, so the copy
 // can change without changing r.
 func (r *Record) Clone() *Record {
@@ -140,6 +157,7 @@ func (r *Record) Clone() *Record {
 	c.Artifacts = slices.Clone(r.Artifacts)
 	c.Verdicts = slices.Clone(r.Verdicts)
 	c.Pending = slices.Clone(r.Pending)
+	c.PendingChunks = slices.Clone(r.PendingChunks)
 	c.Applied = slices.Clone(r.Applied)
 	c.Skipped = slices.Clone(r.Skipped)
 	if r.Outbox != nil {

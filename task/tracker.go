@@ -30,6 +30,10 @@ const (
 // validation; beyond it the task fails with ReasonArtifactTooLarge.
 const MaxPendingBytes = 256 << 10
 
+// MaxPendingParts caps the parts one task may accumulate, over all its
+// artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge.
+const MaxPendingParts = 256
+
 // errNoChange tells Store.Update to skip the write.
 var errNoChange = errors.New("no change")
 
@@ -356,20 +360,46 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID s
 			i = j
 		}
 	}
+	if len(r.PendingChunks) != len(r.Pending) { // a record from before chunks were tracked
+		r.PendingChunks = make([]Chunks, len(r.Pending))
+	}
 	switch {
 	case i >= 0 && u.Append:
 		r.Pending[i].Parts = append(r.Pending[i].Parts, u.Artifact.Parts...)
-	case i >= 0:
+		c := &r.PendingChunks[i]
+		c.Appends++
+		if c.Last && c.Fault == "" {
+			c.Fault = "chunk_after_last"
+		}
+	case i >= 0: // the same artifact id again, whole: it replaces the first
 		r.Pending[i] = u.Artifact
+		r.PendingChunks[i] = Chunks{}
 	default:
 		r.Pending = append(r.Pending, u.Artifact)
+		c := Chunks{}
+		if u.Append {
+			c.Fault = "chunk_without_start"
+		}
+		r.PendingChunks = append(r.PendingChunks, c)
+		i = len(r.Pending) - 1
 	}
-	if pendingBytes(r.Pending) > MaxPendingBytes {
-		r.Pending = nil
+	if u.LastChunk {
+		r.PendingChunks[i].Last = true
+	}
+	if pendingBytes(r.Pending) > MaxPendingBytes || pendingParts(r.Pending) > MaxPendingParts {
+		r.Pending, r.PendingChunks = nil, nil
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge, msgID)
 	}
 	r.UpdatedAt = now
 	return nil
+}
+
+func pendingParts(as []a2a.Artifact) int {
+	n := 0
+	for _, a := range as {
+		n += len(a.Parts)
+	}
+	return n
 }
 
 func pendingBytes(as []a2a.Artifact) int {
@@ -437,6 +467,23 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 	return err
 }
 
+// chunkVerdict adds to v what the artifact's chunk sequence broke: a fault
+// (keyword "chunk_without_start" or "chunk_after_last"), or appended chunks
+// with no lastChunk (keyword "chunks_incomplete": the agent never finished
+// the artifact). Both apply to the whole artifact (pointer "").
+func chunkVerdict(v artifact.Verdict, c Chunks) artifact.Verdict {
+	kw := c.Fault
+	if kw == "" && c.Appends > 0 && !c.Last {
+		kw = "chunks_incomplete"
+	}
+	if kw == "" {
+		return v
+	}
+	v.Valid = false
+	v.Violations = append([]artifact.Violation{{Pointer: "", Keyword: kw}}, v.Violations...)
+	return v
+}
+
 // complete validates the pending artifacts against the task's host schema;
 // the task completes only if every artifact passes, and otherwise fails with
 // ReasonArtifactRejected (or ReasonArtifactMissing when there is none). The
@@ -447,7 +494,7 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 	}
 	schema, err := t.Schemas.ForTask(r.OutputSchema, r.SchemaDigest)
 	if err != nil {
-		r.Pending = nil
+		r.Pending, r.PendingChunks = nil, nil
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected+": host schema "+r.OutputSchema+" version no longer known", msgID)
 	}
 	if len(r.Pending) == 0 {
@@ -458,6 +505,9 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 	r.Verdicts = r.Verdicts[:0]
 	for i, a := range r.Pending {
 		v := artifact.Check(schema, a)
+		if i < len(r.PendingChunks) {
+			v = chunkVerdict(v, r.PendingChunks[i])
+		}
 		if v.ArtifactID == "" {
 			v.ArtifactID = fmt.Sprintf("artifact-%d", i+1) // the agent's id was not safe to show
 		}
@@ -468,7 +518,7 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 		}
 		ok = append(ok, Artifact{ArtifactID: a.ArtifactID, Name: a.Name, Parts: a.Parts})
 	}
-	r.Pending = nil
+	r.Pending, r.PendingChunks = nil, nil
 	if rejected {
 		r.Artifacts = nil
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactRejected, msgID)

@@ -363,3 +363,65 @@ func TestDeleteIfOnlyWhilePredicateHolds(t *testing.T) {
 		t.Fatalf("DeleteIf of a deleted record = %v, want ErrNotFound", err)
 	}
 }
+
+// chunk is an artifactUpdate of artifact "ra" carrying one valid data part.
+func chunk(appendTo, last bool) string {
+	return fmt.Sprintf(`{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"data":{"case_id":"C-1","risk_level":"low","score":0.1,"reasons":["none"],"policy_version":"p1"}}]},"append":%v,"lastChunk":%v}}`, appendTo, last)
+}
+
+// Chunked artifacts are assembled in the agent's order and validated once
+// complete; a sequence a2ad cannot assemble faithfully rejects the
+// artifact, naming the fault and never the content.
+func TestChunkedArtifacts(t *testing.T) {
+	for name, tc := range map[string]struct {
+		events  []string
+		state   State
+		reason  string
+		parts   int
+		keyword string // the chunk violation, at pointer ""
+	}{
+		"in order, finished":       {[]string{chunk(false, false), chunk(true, false), chunk(true, true)}, Completed, "", 3, ""},
+		"single chunk, no flags":   {[]string{chunk(false, false)}, Completed, "", 1, ""},
+		"never finished":           {[]string{chunk(false, false), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunks_incomplete"},
+		"first chunk missing":      {[]string{chunk(true, false), chunk(true, true)}, Failed, ReasonArtifactRejected, 0, "chunk_without_start"},
+		"a chunk after the last":   {[]string{chunk(false, true), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunk_after_last"},
+		"restarted whole, then ok": {[]string{chunk(false, false), chunk(true, false), chunk(false, true)}, Completed, "", 1, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := newTracker(t)
+			create(t, tr, "t1")
+			subj := "a2a.events.fraud-review.t1"
+			for i, ev := range append(append([]string{working}, tc.events...), completed) {
+				_ = apply(t, tr, subj, fmt.Sprint(i), ev)
+			}
+			r := get(t, tr, "t1")
+			if r.State != tc.state || r.Reason != tc.reason || len(r.Pending) != 0 || len(r.PendingChunks) != 0 {
+				t.Fatalf("state %s reason %q pending %d/%d, want %s %q", r.State, r.Reason, len(r.Pending), len(r.PendingChunks), tc.state, tc.reason)
+			}
+			if tc.state == Completed && (len(r.Artifacts) != 1 || len(r.Artifacts[0].Parts) != tc.parts) {
+				t.Fatalf("artifacts %+v, want one with %d parts", r.Artifacts, tc.parts)
+			}
+			if tc.keyword != "" {
+				if len(r.Verdicts) != 1 || len(r.Verdicts[0].Violations) != 1 ||
+					r.Verdicts[0].Violations[0] != (artifact.Violation{Pointer: "", Keyword: tc.keyword}) {
+					t.Fatalf("verdicts %+v, want one violation %q at the artifact", r.Verdicts, tc.keyword)
+				}
+			}
+		})
+	}
+}
+
+// One task may not accumulate more than MaxPendingParts parts.
+func TestTooManyPartsFailTheTask(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t1")
+	subj := "a2a.events.fraud-review.t1"
+	_ = apply(t, tr, subj, "0", working)
+	_ = apply(t, tr, subj, "1", chunk(false, false))
+	for i := range MaxPendingParts {
+		_ = apply(t, tr, subj, fmt.Sprint("c", i), chunk(true, false))
+	}
+	if r := get(t, tr, "t1"); r.State != Failed || r.Reason != ReasonArtifactTooLarge || len(r.Pending) != 0 {
+		t.Fatalf("state %s reason %q pending %d, want failed %s", r.State, r.Reason, len(r.Pending), ReasonArtifactTooLarge)
+	}
+}
