@@ -1,7 +1,8 @@
 // Package brief builds the minimal task brief a2ad sends to a remote agent:
 // objective, evidence, constraints, output schema and budget — and nothing
 // else. No conversation, memory, host token or unknown field can reach it:
-// [Decode] refuses unknown fields, and [Build] copies only the named ones.
+// [Decode] refuses unknown fields, and [Build] copies only the named ones and
+// refuses any credential it recognises in them (see [SecretKind]).
 //
 // On the wire (docs/nats-binding.md) the brief travels as the data part of one
 // A2A 1.0 user message, after a text part carrying the objective.
@@ -23,8 +24,10 @@ import (
 
 // Limits bound a brief. Zero fields take the defaults.
 type Limits struct {
-	MaxObjectiveBytes   int // default 4 KiB
-	MaxEvidenceBytes    int // default 64 KiB
+	MaxObjectiveBytes   int // default 4 KiB, after trimming blanks
+	MaxEvidenceBytes    int // default 64 KiB, after trimming blanks
+	MaxEvidenceDepth    int // default 32 levels, the evidence object being level 1; at most 10000
+	MaxEvidenceKeys     int // default 4096 object members plus array elements, counted over the whole evidence
 	MaxConstraints      int // default 32
 	MaxConstraintBytes  int // default 1 KiB each
 	MaxDeadlineSeconds  int // default 86400 (operator-set maximum)
@@ -39,6 +42,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	def(&l.MaxObjectiveBytes, 4<<10)
 	def(&l.MaxEvidenceBytes, 64<<10)
+	def(&l.MaxEvidenceDepth, 32)
+	l.MaxEvidenceDepth = min(l.MaxEvidenceDepth, maxScanDepth)
+	def(&l.MaxEvidenceKeys, 4096)
 	def(&l.MaxConstraints, 32)
 	def(&l.MaxConstraintBytes, 1<<10)
 	def(&l.MaxDeadlineSeconds, 86400)
@@ -84,10 +90,15 @@ type Brief struct {
 }
 
 // Error is a brief refused for a reason the host can fix. Field is a JSON
-// pointer into the delegate arguments ("/evidence", "/objective").
+// pointer (RFC 6901) into the delegate arguments ("/evidence",
+// "/objective", "/evidence/customer/notes/2"). Reason never quotes the
+// refused content.
 type Error struct {
 	Field  string
 	Reason string
+	// Secret is the detector that refused the field, if one did; see
+	// [FindSecret].
+	Secret SecretKind
 }
 
 func (e *Error) Error() string { return "brief: " + e.Field + ": " + e.Reason }
@@ -114,38 +125,59 @@ func Decode(raw []byte) (*Request, error) {
 }
 
 // Build makes the brief from r and the resolved output schema. It checks
-// sizes against lim, requires a non-empty objective, an evidence JSON object,
-// and a deadline within (0, MaxDeadlineSeconds]; errors are *Error.
-// The returned brief's canonical bytes (RFC 8785) and digest are fixed.
+// sizes, evidence depth and member count against lim, requires a non-empty
+// objective, an evidence JSON object, and a deadline within
+// (0, MaxDeadlineSeconds]; errors are *Error.
+//
+// It refuses any credential: the objective, each constraint, and every
+// member name, string and card-shaped integer of the evidence are scanned
+// (see [SecretKind] for the detectors). The *Error's Field points at the
+// offending string — or at the object, when a member name is the secret —
+// and its Secret names the detector; the value is never echoed.
+//
+// The evidence is read in one pass that validates it, enforces the limits
+// and scans it, without decoding numbers; invalid JSON or an exceeded limit
+// is reported before any secret, and of several secrets the first in
+// document order. The returned brief's canonical bytes (RFC 8785) and digest
+// are fixed.
 func Build(r Request, schema OutputSchema, lim Limits) (*Brief, error) {
 	lim = lim.withDefaults()
 	obj := strings.TrimSpace(r.Objective)
 	switch {
 	case obj == "":
-		return nil, &Error{"/objective", "required"}
+		return nil, &Error{Field: "/objective", Reason: "required"}
 	case len(obj) > lim.MaxObjectiveBytes:
-		return nil, &Error{"/objective", fmt.Sprintf("longer than %d bytes", lim.MaxObjectiveBytes)}
+		return nil, &Error{Field: "/objective", Reason: fmt.Sprintf("longer than %d bytes", lim.MaxObjectiveBytes)}
 	case !utf8.ValidString(obj):
-		return nil, &Error{"/objective", "not valid UTF-8"}
+		return nil, &Error{Field: "/objective", Reason: "not valid UTF-8"}
+	}
+	if k, ok := FindSecretInText(obj); ok {
+		return nil, secretError("/objective", Secret{Kind: k})
 	}
 	ev := bytes.TrimSpace(r.Evidence)
 	if len(ev) == 0 || ev[0] != '{' {
-		return nil, &Error{"/evidence", "must be a JSON object"}
+		return nil, &Error{Field: "/evidence", Reason: "must be a JSON object"}
 	}
 	if len(ev) > lim.MaxEvidenceBytes {
-		return nil, &Error{"/evidence", fmt.Sprintf("larger than %d bytes", lim.MaxEvidenceBytes)}
+		return nil, &Error{Field: "/evidence", Reason: fmt.Sprintf("larger than %d bytes", lim.MaxEvidenceBytes)}
+	}
+	if err := checkEvidence(ev, lim); err != nil {
+		return nil, err
 	}
 	evc, err := jcs.Transform(ev)
 	if err != nil {
-		return nil, &Error{"/evidence", "not valid JSON"}
+		return nil, &Error{Field: "/evidence", Reason: "not valid JSON"}
 	}
 	if len(r.Constraints) > lim.MaxConstraints {
-		return nil, &Error{"/constraints", fmt.Sprintf("more than %d constraints", lim.MaxConstraints)}
+		return nil, &Error{Field: "/constraints", Reason: fmt.Sprintf("more than %d constraints", lim.MaxConstraints)}
 	}
 	cons := make([]string, 0, len(r.Constraints))
 	for i, c := range r.Constraints {
 		if len(c) > lim.MaxConstraintBytes || !utf8.ValidString(c) {
-			return nil, &Error{fmt.Sprintf("/constraints/%d", i), fmt.Sprintf("longer than %d bytes or not UTF-8", lim.MaxConstraintBytes)}
+			return nil, &Error{Field: fmt.Sprintf("/constraints/%d", i), Reason: fmt.Sprintf("longer than %d bytes or not UTF-8", lim.MaxConstraintBytes)}
+		}
+		if k, ok := FindSecretInText(c); ok {
+			return nil, secretError(fmt.Sprintf("/constraints/%d", i), Secret{Kind: k})
 		}
 		cons = append(cons, c)
 	}
@@ -154,10 +186,10 @@ func Build(r Request, schema OutputSchema, lim Limits) (*Brief, error) {
 		d = lim.DefaultDeadlineSecs
 	}
 	if d < 0 || d > lim.MaxDeadlineSeconds {
-		return nil, &Error{"/budget/deadline_seconds", fmt.Sprintf("must be between 1 and %d", lim.MaxDeadlineSeconds)}
+		return nil, &Error{Field: "/budget/deadline_seconds", Reason: fmt.Sprintf("must be between 1 and %d", lim.MaxDeadlineSeconds)}
 	}
 	if schema.Name == "" || len(schema.Document) == 0 {
-		return nil, &Error{"/output_schema", "required"}
+		return nil, &Error{Field: "/output_schema", Reason: "required"}
 	}
 	b := &Brief{Objective: obj, Evidence: evc, Constraints: cons, OutputSchema: schema, Budget: Budget{DeadlineSeconds: d}}
 	raw, err := json.Marshal(b)
@@ -170,6 +202,30 @@ func Build(r Request, schema OutputSchema, lim Limits) (*Brief, error) {
 	sum := sha256.Sum256(b.canonical)
 	b.digest = "sha256:" + hex.EncodeToString(sum[:])
 	return b, nil
+}
+
+// checkEvidence walks the evidence once for syntax, MaxEvidenceDepth,
+// MaxEvidenceKeys and secrets.
+func checkEvidence(ev []byte, lim Limits) *Error {
+	w := walk{doc: ev, maxDepth: lim.MaxEvidenceDepth, maxItems: lim.MaxEvidenceKeys}
+	f := w.run()
+	if f == nil {
+		return nil
+	}
+	switch f.what {
+	case faultDepth:
+		return &Error{Field: "/evidence" + f.pointer, Reason: fmt.Sprintf("evidence nests deeper than %d levels", lim.MaxEvidenceDepth)}
+	case faultItems:
+		return &Error{Field: "/evidence", Reason: fmt.Sprintf("evidence has more than %d object members and array elements", lim.MaxEvidenceKeys)}
+	case faultSecret:
+		return secretError("/evidence", f.secret())
+	}
+	return &Error{Field: "/evidence", Reason: "not valid JSON"}
+}
+
+// secretError refuses the field at prefix+s.Pointer.
+func secretError(prefix string, s Secret) *Error {
+	return &Error{Field: prefix + s.Pointer, Reason: s.reason(), Secret: s.Kind}
 }
 
 // Bytes returns the RFC 8785 canonical JSON of the brief: the exact bytes of
@@ -203,12 +259,12 @@ func FromMessage(m a2a.Message) (*Brief, error) {
 		dec.DisallowUnknownFields()
 		var b Brief
 		if err := dec.Decode(&b); err != nil {
-			return nil, &Error{"/parts/data", err.Error()}
+			return nil, &Error{Field: "/parts/data", Reason: err.Error()}
 		}
 		b.canonical = p.Data
 		sum := sha256.Sum256(p.Data)
 		b.digest = "sha256:" + hex.EncodeToString(sum[:])
 		return &b, nil
 	}
-	return nil, &Error{"/parts", "no data part carrying a brief"}
+	return nil, &Error{Field: "/parts", Reason: "no data part carrying a brief"}
 }

@@ -1,6 +1,7 @@
 package brief
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -99,6 +100,11 @@ func FuzzBuild(f *testing.F) {
 	f.Add("Assess.", []byte(`{"case_id":"C-1"}`), "c", 60)
 	f.Add("", []byte(`[]`), "", -1)
 	f.Add("x", []byte(`{"a":{"b":[1,2,{"c":null}]},"d":1e308}`), "", 0)
+	f.Add("Check.", []byte(`{"a/b":[{"~k":"Bearer `+fakeBearer+`"}]}`), "", 60)
+	f.Add("Check.", []byte(`{"n":[4111111111111111],"`+fakeNPM+`":{}}`), "", 60)
+	f.Add("Check "+fakeJWT, []byte(`{"s":"\u0067hp_`+fakeGitHub[4:]+`"}`), "-----BEGIN EC PRIVATE KEY-----", 60)
+	f.Add("x", []byte(`{"a":`+strings.Repeat("[", 40)+strings.Repeat("]", 40)+`}`), "", 1)
+	f.Add("x", []byte(`{"`+fakeGitHub+`":{"a":`+strings.Repeat("[", 40)+strings.Repeat("]", 40)+`}}`), "", 1)
 	f.Fuzz(func(t *testing.T, objective string, evidence []byte, constraint string, deadline int) {
 		b, err := Build(Request{Objective: objective, Evidence: evidence, Constraints: []string{constraint},
 			OutputSchema: "s", Budget: Budget{DeadlineSeconds: deadline}}, schema, Limits{})
@@ -106,6 +112,32 @@ func FuzzBuild(f *testing.F) {
 			var be *Error
 			if !errors.As(err, &be) {
 				t.Fatalf("untyped error %v", err)
+			}
+			if !validPointer(be.Field) {
+				t.Fatalf("field %q is not a JSON pointer", be.Field)
+			}
+			// Member names are the only input an error quotes, in pointers;
+			// one that is a secret never reaches it.
+			var v any
+			if json.Unmarshal(evidence, &v) == nil {
+				for _, name := range memberNames(v, nil) {
+					if _, bad := FindSecretInText(name); bad && strings.Contains(err.Error(), name) {
+						t.Fatalf("error %q quotes a secret member name", err)
+					}
+				}
+			}
+			if be.Secret == "" {
+				return
+			}
+			// A refusal for a secret says which detector, in fixed words.
+			if be.Reason != "looks like "+be.Secret.phrase() && be.Reason != "member name looks like "+be.Secret.phrase() {
+				t.Fatalf("secret reason %q", be.Reason)
+			}
+			if rest, ok := strings.CutPrefix(be.Field, "/evidence"); ok {
+				s, found, err := FindSecret(bytes.TrimSpace(evidence))
+				if err != nil || !found || s.Pointer != rest || s.Kind != be.Secret {
+					t.Fatalf("Build refused %s (%s), FindSecret = %+v %v %v", be.Field, be.Secret, s, found, err)
+				}
 			}
 			return
 		}
@@ -119,6 +151,34 @@ func FuzzBuild(f *testing.F) {
 			t.Fatal("digest not stable")
 		}
 	})
+}
+
+// memberNames appends every object member name in the decoded value v.
+func memberNames(v any, names []string) []string {
+	switch c := v.(type) {
+	case map[string]any:
+		for name, m := range c {
+			names = memberNames(m, append(names, name))
+		}
+	case []any:
+		for _, e := range c {
+			names = memberNames(e, names)
+		}
+	}
+	return names
+}
+
+// validPointer reports whether p is a non-empty RFC 6901 JSON pointer.
+func validPointer(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
+			return false
+		}
+	}
+	return true
 }
 
 func BenchmarkBuild(b *testing.B) {
