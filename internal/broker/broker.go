@@ -147,6 +147,12 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	if req.Brief.Evidence, dropped, err = al.Filter(req.Brief.Evidence); err != nil {
 		return nil, err
 	}
+	// Limits and the secret scan first: a credential is refused as such,
+	// whatever else is wrong with the evidence.
+	b, err := brief.Build(req.Brief, brief.OutputSchema{Name: schema.Name, Digest: schema.Digest, Document: schema.Document}, s.Limits)
+	if err != nil {
+		return nil, err
+	}
 	if name, ok := s.EvidenceSchemas[req.Agent+"/"+req.Skill]; ok {
 		es, err := s.Schemas.Get(name)
 		if err != nil {
@@ -155,10 +161,6 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 		if v := es.Validate(req.Brief.Evidence); len(v) > 0 {
 			return nil, &EvidenceError{Schema: name, Violations: v}
 		}
-	}
-	b, err := brief.Build(req.Brief, brief.OutputSchema{Name: schema.Name, Digest: schema.Digest, Document: schema.Document}, s.Limits)
-	if err != nil {
-		return nil, err
 	}
 	now := time.Now().UTC()
 	id := newTaskID()

@@ -344,6 +344,11 @@ func TestIllegalTransitionIsRefusedAndRecorded(t *testing.T) {
 	}
 }
 
+// testJWT is a JWS compact token (header {"alg":"HS256","typ":"JWT"}), as a
+// host might paste from a log; built at run time so that this file itself
+// does not trip secret scanners.
+var testJWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + "." + "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkphbmUifQ" + "." + "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+
 func TestBadInputGetsClearErrorAndLeavesNoTask(t *testing.T) {
 	s := start(t, nil)
 	cases := []struct {
@@ -360,6 +365,11 @@ func TestBadInputGetsClearErrorAndLeavesNoTask(t *testing.T) {
 		{"unknown argument", func(a map[string]any) { a["conversation"] = "the whole chat" }, "conversation"},
 		{"empty objective", func(a map[string]any) { a["objective"] = " " }, "invalid_argument: brief: /objective: required"},
 		{"deadline too long", func(a map[string]any) { a["budget"] = map[string]any{"deadline_seconds": 10_000_000} }, "invalid_argument"},
+		{"a JWT in a nested evidence value", func(a map[string]any) {
+			a["evidence"] = map[string]any{"case_id": "C-1", "amount_cents": 10, "currency": "EUR", "order_id": map[string]any{"ref": []any{"x", testJWT}}}
+		}, "invalid_argument: brief: /evidence/order_id/ref/1: looks like a JWT"},
+		{"a card number in the objective", func(a map[string]any) { a["objective"] = "Refund card 4111 1111 1111 1111 now." },
+			"invalid_argument: brief: /objective: looks like a payment card number"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -368,6 +378,9 @@ func TestBadInputGetsClearErrorAndLeavesNoTask(t *testing.T) {
 			got, errText := s.call(t, "delegate", args, nil)
 			if got != nil || !strings.Contains(errText, c.want) {
 				t.Fatalf("got %+v, error %q; want an error containing %q", got, errText, c.want)
+			}
+			if strings.Contains(errText, testJWT[10:30]) || strings.Contains(errText, "1111") {
+				t.Fatalf("the error quotes the secret: %q", errText)
 			}
 		})
 	}
