@@ -43,8 +43,10 @@ func fingerprint(raw []byte) (string, error) {
 }
 
 // SigningInput is the RFC 8785 canonical form of a card without its
-// signatures member: what its fingerprint hashes and its JWS signatures
-// sign (A2A 1.0 card signing). Errors are *ValidationError.
+// signatures member: what its fingerprint hashes, and the second payload
+// form [Verify] accepts a signature over ([PayloadDefaultsKept]); the A2A
+// 1.0 §8.4 payload, with default values removed, is [SigningPayload].
+// Errors are *ValidationError.
 func SigningInput(raw []byte) ([]byte, error) {
 	canon, err := jcs.Transform(raw)
 	if err != nil {

@@ -55,7 +55,7 @@ type AgentConfig struct {
 	ApprovedFingerprint string `yaml:"approved_fingerprint"`
 	// SigningKeys are PEM files (public keys or certificates) the operator
 	// pins for the agent's card signatures; RequireSignature refuses a card
-	// none of whose signatures verifies with one of them ([VerifySignatures]).
+	// none of whose signatures verifies with one of them ([Verify]).
 	SigningKeys      []string `yaml:"signing_keys"`
 	RequireSignature bool     `yaml:"require_signature"`
 	// CardURL, when set, is where a2ad fetches the agent's card and
@@ -99,6 +99,10 @@ type Record struct {
 	// SignatureVerified is true when one of the card's signatures verified
 	// with a key the operator pinned for the agent.
 	SignatureVerified bool `json:"signature_verified,omitempty"`
+	// SignaturePayload says what the verified signature signed: the A2A 1.0
+	// §8.4 payload ("defaults-removed") or the card as published
+	// ("defaults-kept"); see [Verify].
+	SignaturePayload PayloadForm `json:"signature_payload,omitempty"`
 	// Warnings flag card text phrased as instructions to a model
 	// ([InjectionWarnings]): for the operator's review. They do not change
 	// the status; card text reaches hosts as data either way.
@@ -224,13 +228,15 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 	if err != nil {
 		return nil, err
 	}
-	verified := false
+	var form PayloadForm
 	if keys := r.keys[agentID]; len(keys) > 0 {
-		_, verr := VerifySignatures(raw, keys)
+		v, verr := Verify(raw, keys)
 		if verr != nil && r.agents[agentID].RequireSignature {
 			return nil, verr
 		}
-		verified = verr == nil
+		if verr == nil {
+			form = v.Payload
+		}
 	}
 	// Stored compact, as the record's JSON encoding would anyway; returned
 	// records then equal stored ones.
@@ -241,7 +247,7 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 	raw = compact.Bytes()
 	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
 		rec := r.registration(old, agentID, raw, card, fp, now)
-		rec.SignatureVerified = verified
+		rec.SignatureVerified, rec.SignaturePayload = form != "", form
 		return rec, nil
 	})
 }

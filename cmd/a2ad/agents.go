@@ -167,6 +167,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	fmt.Fprintf(tw, "Fingerprint:\t%s\n", a.Fingerprint)
 	fmt.Fprintf(tw, "Approved:\t%s\n", cmp.Or(a.ApprovedFingerprint, "-"))
 	fmt.Fprintf(tw, "Tenants:\t%v\n", a.Tenants)
+	if a.SignatureVerified {
+		fmt.Fprintf(tw, "Signature:\tverified with a pinned key, over the %s payload\n", a.SignaturePayload)
+	}
 	if len(a.Changes) > 0 {
 		fmt.Fprintf(tw, "Changed:\t%s (from the approved card; --json shows both)\n", strings.Join(a.Changes, ", "))
 	}
