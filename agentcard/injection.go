@@ -2,22 +2,15 @@ package agentcard
 
 import (
 	"fmt"
-	"regexp"
+
+	"github.com/a2ad/a2ad/internal/untrusted"
 )
 
 // injectionPatterns are phrasings that address a model rather than describe
 // an agent: attempts to override a host's instructions through card text.
 // Matching is a backstop that flags an agent for an operator's eyes, not a
 // boundary: card text always reaches hosts as data, never as instructions.
-var injectionPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|prompts?|messages|rules|context)`),
-	regexp.MustCompile(`(?i)\b(override|bypass)\s+(your|the|all|any)\s+(instructions|rules|guardrails|policies|safety)`),
-	regexp.MustCompile(`(?i)\byou\s+are\s+now\b`),
-	regexp.MustCompile(`(?i)\b(system|developer)\s+(prompt|message)\b`),
-	regexp.MustCompile(`(?i)\bnew\s+instructions\s*:`),
-	regexp.MustCompile(`(?i)\b(do\s+not|don'?t)\s+(tell|inform|show)\s+(the\s+)?(user|human|operator)`),
-	regexp.MustCompile(`(?i)</?\s*(system|assistant|user|instructions?)\s*>`),
-}
+var injectionPatterns = untrusted.CorePatterns()
 
 // Warning is one finding of InjectionWarnings: where, and the phrase that
 // matched (at most 80 bytes of it).

@@ -12,7 +12,9 @@
 // Validation reports [Violation]s: a JSON pointer and a JSON Schema keyword,
 // never the offending value, and never an object key the host schema does
 // not declare, since agent text must not reach the host through an error
-// report. [Check] applies a schema to an A2A artifact.
+// report. [CheckPolicy] applies a schema and a [Policy] (which parts, how
+// large) to an A2A artifact and flags injection phrasing in what a host may
+// receive as [Warning]s; [Check] does so under the zero Policy.
 //
 // Sources: JSON Schema draft-07 (draft-handrews-json-schema-01 and
 // draft-handrews-json-schema-validation-01), RFC 6901 (JSON Pointer), A2A
@@ -51,8 +53,10 @@ import (
 // "uniqueItems", "contains", "additionalItems", "allOf", "anyOf", "oneOf",
 // "not" or "if" (a failed "then" or "else"); "false" for a value at a false
 // schema; "json" for a document that is not JSON; "schema" for any other
-// failure of the validator. [Check] adds "part_kind" and
-// "data_part_required".
+// failure of the validator. [CheckPolicy] adds "part_kind",
+// "data_part_required", "media_type", "max_parts", "max_artifact_bytes",
+// "max_depth", "max_text_bytes", "max_raw_bytes", "url_scheme" and "url";
+// see [Policy].
 type Violation struct {
 	Pointer string `json:"pointer"`
 	Keyword string `json:"keyword"`
@@ -119,6 +123,12 @@ func (s *Schema) Validate(doc json.RawMessage) []Violation {
 	if err != nil {
 		return []Violation{{Pointer: "", Keyword: "json"}}
 	}
+	return s.validateRoot(root)
+}
+
+// validateRoot is [Schema.Validate] on a document already decoded with
+// json.Number.
+func (s *Schema) validateRoot(root any) []Violation {
 	errs, ok := s.run(root)
 	if !ok {
 		return []Violation{{Pointer: "", Keyword: "schema"}}
@@ -240,62 +250,24 @@ func sortViolations(vs []Violation) []Violation {
 	return slices.Compact(vs)
 }
 
-// A Verdict is the outcome of [Check] on one artifact. Valid is true exactly
-// when Violations is empty.
+// A Verdict is the outcome of [CheckPolicy] on one artifact. Valid is true
+// exactly when Violations is empty; Warnings do not affect it.
 type Verdict struct {
 	ArtifactID string      `json:"artifact_id"` // the artifact's artifactId when it is a safe identifier, else ""
 	Valid      bool        `json:"valid"`
 	Violations []Violation `json:"violations,omitempty"`
+	// Warnings flag injection phrasing in content a host may receive
+	// (untrusted-content warnings): pointer and kind, never the text.
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
-// Check validates A2A artifact a against s, part by part:
-//   - a data part is validated with [Schema.Validate]; its violations'
-//     pointers are prefixed with "/parts/<i>/data", e.g.
-//     "/parts/0/data/score"; the host schema governs data parts only, so
-//     free text cannot ride along unvalidated;
-//   - a text, raw or url part, or a part that does not carry exactly one of text,
-//     raw, url and data, gives Violation{Pointer: "/parts/<i>", Keyword:
-//     "part_kind"};
-//   - an artifact with no data part at all also gives Violation{Pointer:
-//     "/parts", Keyword: "data_part_required"}.
-//
-// The artifactId is agent text: unless it matches [A-Za-z0-9_.-]{1,64} it
-// gives Violation{Pointer: "/artifactId", Keyword: "pattern"} and the
-// Verdict's ArtifactID is "", so it cannot carry content to a host.
-//
-// Violations are deduplicated and sorted by Pointer then Keyword (so
-// "/parts/10" sorts before "/parts/2"). s must not be nil.
+// Check is [CheckPolicy] under the zero [Policy]: data parts only, each
+// validated against s (violations under "/parts/<i>/data", e.g.
+// "/parts/0/data/score"), so free text cannot ride along unvalidated; every
+// text, raw or url part gives "part_kind"; default limits. s must not be
+// nil.
 func Check(s *Schema, a a2a.Artifact) Verdict {
-	var vs []Violation
-	dataParts := 0
-	for i, p := range a.Parts {
-		prefix := "/parts/" + strconv.Itoa(i)
-		if contentFields(p) != 1 {
-			vs = append(vs, Violation{Pointer: prefix, Keyword: "part_kind"})
-			continue
-		}
-		switch p.Kind() {
-		case "data":
-			dataParts++
-			for _, v := range s.Validate(p.Data) {
-				vs = append(vs, Violation{Pointer: prefix + "/data" + v.Pointer, Keyword: v.Keyword})
-			}
-		default:
-			vs = append(vs, Violation{Pointer: prefix, Keyword: "part_kind"})
-		}
-	}
-	if dataParts == 0 {
-		vs = append(vs, Violation{Pointer: "/parts", Keyword: "data_part_required"})
-	}
-	id := a.ArtifactID
-	if !safeID(id) {
-		id = ""
-		vs = append(vs, Violation{Pointer: "/artifactId", Keyword: "pattern"})
-	}
-	if len(vs) > 0 {
-		vs = sortViolations(vs)
-	}
-	return Verdict{ArtifactID: id, Valid: len(vs) == 0, Violations: vs}
+	return CheckPolicy(s, a, Policy{})
 }
 
 func safeID(s string) bool {

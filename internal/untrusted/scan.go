@@ -1,0 +1,365 @@
+// Package untrusted finds injection phrasing in agent text: wording that
+// addresses a model rather than informs it ("ignore all previous
+// instructions", "<|im_start|>system"). a2ad scans every agent-supplied
+// string that can reach a host and flags what it finds; the flag is a
+// backstop for the host, not a boundary, and does not change what is
+// delivered.
+//
+// [Scan] checks one string; [Walk] checks every string value and object key
+// of a decoded JSON document and reports findings as RFC 6901 pointers that
+// name only array indexes and the property names the caller declares.
+// Neither ever returns the matched text.
+package untrusted
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Scan reports whether s contains injection phrasing and, if so, its kind
+// (see [Kinds]): that of the first pattern, in a fixed order, to match in
+// the first sentence of s that holds a match. Matching ignores case and sees
+// through the usual disguises: zero-width and other invisible format
+// characters, combining marks, Unicode spaces, full-width forms,
+// mathematical and circled letters, common Cyrillic and Greek look-alikes,
+// and '_' or '-' between words.
+//
+// Scan is safe for concurrent use. It reads s once to find the patterns'
+// key words, sentence by sentence, and runs a pattern's regular expression
+// only on a sentence that holds all the words it needs, anchored where a
+// match could begin; so ordinary prose costs a few nanoseconds a byte and,
+// when it is ASCII, no allocation.
+func Scan(s string) (kind string, found bool) {
+	if !isASCII(s) {
+		s = fold(s)
+	}
+	sc := scanner{s: s}
+	return sc.scan()
+}
+
+// scanner holds one string being scanned and, once a pattern has to run,
+// the same string with '_' and '-' made spaces (same length, same offsets).
+type scanner struct {
+	s, spaced  string
+	haveSpaced bool
+}
+
+// scan reads s word by word. No pattern can match across '.', '!' or '?'
+// except by ending on one, so each sentence, its end mark included, is
+// checked on its own with the items it holds.
+func (sc *scanner) scan() (string, bool) {
+	s := sc.s
+	var (
+		present set
+		lw      [maxWord]byte // the current word, lowercase
+		n       int           // its length; -1 once longer than maxWord
+		start   int           // of the current sentence
+	)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if l := lower[c]; l != 0 {
+			switch {
+			case n < 0:
+			case n < maxWord:
+				lw[n] = l
+				n++
+			default:
+				n = -1
+			}
+			continue
+		}
+		if n > 0 {
+			present.add(lookup(lw[:n]))
+		}
+		n = 0
+		switch c {
+		case '.', '!', '?':
+			if !present.empty() {
+				if kind, ok := sc.sentence(present, start, i+1); ok {
+					return kind, true
+				}
+				present = set{}
+			}
+			start = i + 1
+		default:
+			present.add(charBits[c])
+		}
+	}
+	if n > 0 {
+		present.add(lookup(lw[:n]))
+	}
+	if present.empty() {
+		return "", false
+	}
+	return sc.sentence(present, start, len(s))
+}
+
+// lookup returns the bits of need word w (lowercase), or none.
+func lookup(w []byte) set {
+	if !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
+		return set{}
+	}
+	return wordBits[string(w)]
+}
+
+// sentence tries, in order, every pattern whose needs present meets on the
+// sentence s[start:end], anchored at each of its lead items (every match
+// begins with one).
+func (sc *scanner) sentence(present set, start, end int) (string, bool) {
+	var (
+		buf   [16]leadAt
+		leads []leadAt // nil until a pattern is to run
+	)
+	for i := range all {
+		p := &all[i]
+		if !p.metBy(present) {
+			continue
+		}
+		if !sc.haveSpaced {
+			sc.spaced, sc.haveSpaced = sc.s, true
+			if strings.ContainsAny(sc.s, "_-") {
+				sc.spaced = strings.Map(spaceSeparators, sc.s)
+			}
+		}
+		if leads == nil {
+			leads = sc.leads(buf[:0], start, end)
+		}
+		for _, l := range leads {
+			if l.bits.meets(p.groups[0]) && p.anchored.MatchString(sc.spaced[l.at:end]) {
+				return p.kind, true
+			}
+		}
+	}
+	return "", false
+}
+
+// leadAt is an item that may begin a match, and its offset.
+type leadAt struct {
+	bits set
+	at   int
+}
+
+// leads appends to dst the lead items of s[start:end].
+func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
+	s := sc.s
+	var lw [maxWord]byte
+	for i := start; i < end; {
+		if lower[s[i]] == 0 {
+			if b := charBits[s[i]]; b.meets(leadItems) {
+				dst = append(dst, leadAt{b, i})
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < end && lower[s[j]] != 0 {
+			j++
+		}
+		if j-i <= maxWord {
+			for k := i; k < j; k++ {
+				lw[k-i] = lower[s[k]]
+			}
+			if b := lookup(lw[:j-i]); b.meets(leadItems) {
+				dst = append(dst, leadAt{b, i})
+			}
+		}
+		i = j
+	}
+	return dst
+}
+
+// set is a set of need items, one bit each (items share a bit beyond 128,
+// which only makes the filter looser).
+type set [2]uint64
+
+func (a *set) add(b set)       { a[0] |= b[0]; a[1] |= b[1] }
+func (a set) empty() bool      { return a[0]|a[1] == 0 }
+func (a set) meets(b set) bool { return a[0]&b[0]|a[1]&b[1] != 0 }
+
+// compiled is a pattern with its need groups as sets, and its expression
+// anchored at the start of the text.
+type compiled struct {
+	pattern
+	groups   []set
+	anchored *regexp.Regexp
+}
+
+func (p *compiled) metBy(present set) bool {
+	for _, g := range p.groups {
+		if !g.meets(present) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxWord bounds the length of a need word.
+const maxWord = 16
+
+var (
+	all      []compiled // core then more
+	wordBits = map[string]set{}
+	charBits [256]set // for the characters need may list
+	// leadItems holds every item of a first need group.
+	leadItems set
+	// maybe[n][f][l] is true if some need word has length n, first
+	// character class f and last class l (see class).
+	maybe [maxWord + 1][37][37]bool
+	// class numbers a..z 1..26 and 0..9 27..36; any other byte is 0.
+	class = func() (t [256]byte) {
+		for c := 'a'; c <= 'z'; c++ {
+			t[c] = byte(c - 'a' + 1)
+		}
+		for c := '0'; c <= '9'; c++ {
+			t[c] = byte(c - '0' + 27)
+		}
+		return t
+	}()
+)
+
+func init() {
+	next := 0
+	bit := func() set {
+		var b set
+		b[next/64%2] = 1 << (next % 64)
+		next++
+		return b
+	}
+	for _, p := range slices.Concat(core, more) {
+		src, ok := strings.CutPrefix(p.re.String(), "(?i)")
+		if !ok {
+			panic("untrusted: pattern without (?i): " + p.re.String())
+		}
+		c := compiled{pattern: p, anchored: regexp.MustCompile(`(?i)^(?:` + src + `)`)}
+		for g := range strings.SplitSeq(p.need, ";") {
+			var gs set
+			for _, w := range strings.Fields(g) {
+				if len(w) == 1 && strings.Contains("<|[#", w) {
+					if charBits[w[0]].empty() {
+						charBits[w[0]] = bit()
+					}
+					gs.add(charBits[w[0]])
+					continue
+				}
+				if len(w) > maxWord || strings.IndexFunc(w, func(r rune) bool { return lower[byte(r)] != byte(r) || r >= utf8.RuneSelf }) >= 0 {
+					panic("untrusted: bad need word " + w)
+				}
+				if _, ok := wordBits[w]; !ok {
+					wordBits[w] = bit()
+				}
+				maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] = true
+				gs.add(wordBits[w])
+			}
+			if gs.empty() {
+				panic("untrusted: empty need group in " + p.re.String())
+			}
+			if len(c.groups) == 0 {
+				leadItems.add(gs)
+			}
+			c.groups = append(c.groups, gs)
+		}
+		all = append(all, c)
+	}
+}
+
+// lower maps ASCII letters to lowercase and digits to themselves; every
+// other byte to 0, a word separator.
+var lower = func() (t [256]byte) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = byte(c), byte(c)
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c)
+	}
+	return t
+}()
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// spaceSeparators maps '_' and '-' to a space.
+func spaceSeparators(r rune) rune {
+	if r == '_' || r == '-' {
+		return ' '
+	}
+	return r
+}
+
+// fold rewrites s so that disguised letters and spaces become ASCII: format
+// characters (zero-width space and joiners, bidi controls, soft hyphen, tag
+// characters) and combining marks are dropped; Unicode spaces become ' ';
+// typographic apostrophes become '\”; full-width forms, mathematical
+// alphanumerics, circled letters and a table of Cyrillic and Greek
+// look-alikes become the ASCII letter or digit they show; a letter whose
+// case-folding orbit holds an ASCII letter (the Kelvin sign, long s) becomes
+// that letter. Invalid UTF-8 becomes U+FFFD.
+func fold(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r < utf8.RuneSelf {
+			b.WriteByte(byte(r))
+			continue
+		}
+		if m := foldRune(r); m >= 0 {
+			b.WriteRune(m)
+		}
+	}
+	return b.String()
+}
+
+// foldRune returns what fold writes for r, which is not ASCII; -1 drops it.
+func foldRune(r rune) rune {
+	switch {
+	case unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r):
+		return -1
+	case unicode.IsSpace(r) || unicode.Is(unicode.Zs, r):
+		return ' '
+	case r == '\u2018' || r == '\u2019' || r == '\u02bc' || r == '\uff07':
+		return '\''
+	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
+		return r - 0xFEE0
+	case r >= 0x1D400 && r <= 0x1D6A3: // mathematical alphanumerics: 13 alphabets of A–Z a–z
+		i := (r - 0x1D400) % 52
+		if i < 26 {
+			return 'A' + i
+		}
+		return 'a' + i - 26
+	case r >= 0x1D7CE && r <= 0x1D7FF: // mathematical digits: 5 sets of 0–9
+		return '0' + (r-0x1D7CE)%10
+	case r >= 0x24B6 && r <= 0x24CF: // Ⓐ–Ⓩ
+		return 'A' + r - 0x24B6
+	case r >= 0x24D0 && r <= 0x24E9: // ⓐ–ⓩ
+		return 'a' + r - 0x24D0
+	}
+	if m, ok := lookalikes[r]; ok {
+		return m
+	}
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		if f < utf8.RuneSelf {
+			return f
+		}
+	}
+	return r
+}
+
+// lookalikes maps Cyrillic and Greek letters that render like Latin ones.
+var lookalikes = map[rune]rune{
+	'а': 'a', 'в': 'b', 'е': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c', 'т': 't',
+	'у': 'y', 'х': 'x', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ѕ': 's', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'ɡ': 'g',
+	'А': 'A', 'В': 'B', 'Е': 'E', 'К': 'K', 'М': 'M', 'Н': 'H', 'О': 'O', 'Р': 'P', 'С': 'C', 'Т': 'T',
+	'У': 'Y', 'Х': 'X', 'І': 'I', 'Ј': 'J', 'Ѕ': 'S',
+	'α': 'a', 'ε': 'e', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't', 'υ': 'u', 'χ': 'x',
+	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Ζ': 'Z', 'Η': 'H', 'Ι': 'I', 'Κ': 'K', 'Μ': 'M', 'Ν': 'N', 'Ο': 'O',
+	'Ρ': 'P', 'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
+	'ı': 'i', 'ȷ': 'j',
+}
