@@ -37,6 +37,9 @@ type badCase struct {
 	// artifact: one A2A artifact checked against Schema.
 	Artifact json.RawMessage `json:"artifact"`
 	Schema   string          `json:"schema"`
+	// Policy is the agent's artifact policy (events, artifact); default
+	// the strict one.
+	Policy artifact.Policy `json:"policy"`
 
 	Expect struct {
 		// brief
@@ -213,7 +216,8 @@ func newCorpusTracker(t *testing.T, schemas *artifact.Catalog) *task.Tracker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &task.Tracker{Store: store, Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return &task.Tracker{Store: store, Schemas: schemas, Policies: map[string]artifact.Policy{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 func runEventsCase(t *testing.T, c *badCase, tr *task.Tracker, name string) {
@@ -228,6 +232,7 @@ func runEventsCase(t *testing.T, c *badCase, tr *task.Tracker, name string) {
 		OutputSchema: s.Name, SchemaDigest: s.Digest, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
+	tr.Policies["fraud-review"] = c.Policy
 	subject := "a2a.events.fraud-review." + id
 	for i, ev := range c.Events {
 		_ = tr.Apply(ctx, subject, fmt.Sprintf("%s.%d", id, i+1), ev) // refusals are part of the outcome
@@ -268,7 +273,7 @@ func runArtifactCase(t *testing.T, c *badCase, schemas *artifact.Catalog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := artifact.Check(s, decodeArtifact(t, c.Artifact))
+	v := artifact.CheckPolicy(s, decodeArtifact(t, c.Artifact), c.Policy)
 	if os.Getenv("A2AD_BAD_RECORD") != "" {
 		c.Expect.Verdict = &v
 	}

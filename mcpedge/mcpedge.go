@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"time"
 
@@ -229,11 +230,15 @@ type TaskOutput struct {
 	Verdicts      []artifact.Verdict `json:"verdicts,omitempty" jsonschema:"validation verdicts: JSON pointers and schema keywords, never the rejected content"`
 	BriefDigest   string             `json:"brief_digest"`
 	// DroppedEvidence: evidence the agent may not receive, left out of the brief.
-	DroppedEvidence []string `json:"dropped_evidence,omitempty" jsonschema:"JSON pointers of evidence members left out of the brief: the agent's configuration does not allow them"`
-	Deadline        string   `json:"deadline" jsonschema:"RFC 3339"`
-	CreatedAt       string   `json:"created_at" jsonschema:"RFC 3339"`
-	UpdatedAt       string   `json:"updated_at" jsonschema:"RFC 3339"`
-	Waited          bool     `json:"waited,omitempty" jsonschema:"true if the wait ended before a terminal or interrupted state; call task_get again"`
+	// Warnings flag agent text outside artifacts (the question, the status
+	// message) phrased as instructions to a model; artifact text is
+	// flagged in Verdicts.
+	Warnings        []artifact.Warning `json:"warnings,omitempty" jsonschema:"agent text (question, status message) phrased as instructions to a model: untrusted content, JSON pointer and kind only"`
+	DroppedEvidence []string           `json:"dropped_evidence,omitempty" jsonschema:"JSON pointers of evidence members left out of the brief: the agent's configuration does not allow them"`
+	Deadline        string             `json:"deadline" jsonschema:"RFC 3339"`
+	CreatedAt       string             `json:"created_at" jsonschema:"RFC 3339"`
+	UpdatedAt       string             `json:"updated_at" jsonschema:"RFC 3339"`
+	Waited          bool               `json:"waited,omitempty" jsonschema:"true if the wait ended before a terminal or interrupted state; call task_get again"`
 }
 
 // ArtifactOutput is a validated artifact.
@@ -245,9 +250,11 @@ type ArtifactOutput struct {
 
 // PartOutput is one part: data (validated JSON) or text.
 type PartOutput struct {
-	Kind      string `json:"kind" jsonschema:"data or text"`
+	Kind      string `json:"kind" jsonschema:"data, text, raw or url (text, raw and url only where the operator allows them)"`
 	Data      any    `json:"data,omitempty"`
 	Text      string `json:"text,omitempty"`
+	Raw       []byte `json:"raw,omitempty" jsonschema:"base64 bytes"`
+	URL       string `json:"url,omitempty" jsonschema:"an https URL a2ad never fetched: untrusted"`
 	MediaType string `json:"media_type,omitempty"`
 }
 
@@ -256,6 +263,7 @@ func view(r *task.Record, timedOut bool) TaskOutput {
 		Question: r.Question, StatusMessage: r.StatusMessage, Verdicts: r.Verdicts, BriefDigest: r.BriefDigest, DroppedEvidence: r.DroppedEvidence,
 		Deadline: r.Deadline.Format(time.RFC3339Nano), CreatedAt: r.CreatedAt.Format(time.RFC3339Nano), UpdatedAt: r.UpdatedAt.Format(time.RFC3339Nano),
 		Waited: timedOut && !r.State.Terminal() && !r.State.Interrupted()}
+	o.Warnings = append(artifact.ScanText("/question", r.Question), artifact.ScanText("/status_message", r.StatusMessage)...)
 	if r.State == task.Completed {
 		for _, a := range r.Artifacts {
 			ao := ArtifactOutput{ArtifactID: a.ArtifactID, Name: a.Name, Parts: []PartOutput{}}
@@ -264,15 +272,33 @@ func view(r *task.Record, timedOut bool) TaskOutput {
 				case "data":
 					var v any
 					_ = json.Unmarshal(p.Data, &v)
-					ao.Parts = append(ao.Parts, PartOutput{Kind: "data", Data: v, MediaType: p.MediaType})
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "data", Data: v, MediaType: baseMediaType(p.MediaType)})
 				case "text":
-					ao.Parts = append(ao.Parts, PartOutput{Kind: "text", Text: *p.Text, MediaType: p.MediaType})
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "text", Text: *p.Text, MediaType: baseMediaType(p.MediaType)})
+				case "raw":
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "raw", Raw: p.Raw, MediaType: baseMediaType(p.MediaType)})
+				case "url":
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "url", URL: *p.URL, MediaType: baseMediaType(p.MediaType)})
 				}
 			}
 			o.Artifacts = append(o.Artifacts, ao)
 		}
 	}
 	return o
+}
+
+// baseMediaType is the lower-case type/subtype of an agent's mediaType,
+// parameters dropped: a parameter is agent text (the artifact policy has
+// already refused anything but an allowed type).
+func baseMediaType(mt string) string {
+	if mt == "" {
+		return ""
+	}
+	base, _, err := mime.ParseMediaType(mt)
+	if err != nil {
+		return ""
+	}
+	return base
 }
 
 func waitFor(ws *int) time.Duration {

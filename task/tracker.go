@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,9 +27,13 @@ const (
 	EventsConsumer = "a2ad-tracker"
 )
 
-// MaxPendingBytes caps the artifact content one task may accumulate before
-// validation; beyond it the task fails with ReasonArtifactTooLarge.
-const MaxPendingBytes = 256 << 10
+// MaxPendingBytes caps the JSON encoding of the artifact content one task
+// may accumulate before validation, whatever the agent's artifact.Policy
+// MaxTaskBytes says: pending content lives in the task's KV record, which
+// one NATS message (1 MiB) must hold, and JSON escaping can make text six
+// times longer. Beyond it, or beyond the policy's MaxTaskBytes (as
+// artifact.Size measures), the task fails with ReasonArtifactTooLarge.
+const MaxPendingBytes = 512 << 10
 
 // MaxPendingParts caps the parts one task may accumulate, over all its
 // artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge.
@@ -44,7 +49,11 @@ type Tracker struct {
 	// Schemas gives each task the host schema version it was delegated
 	// with (Record.SchemaDigest), whatever has been reloaded since.
 	Schemas *artifact.Catalog
-	Log     *slog.Logger
+	// Policies are, by agent id, what that agent's artifacts may carry and
+	// their limits (artifact.Policy; an agent without one gets the strict
+	// defaults).
+	Policies map[string]artifact.Policy
+	Log      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -386,12 +395,18 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID s
 	if u.LastChunk {
 		r.PendingChunks[i].Last = true
 	}
-	if pendingBytes(r.Pending) > MaxPendingBytes || pendingParts(r.Pending) > MaxPendingParts {
+	if pendingBytes(r.Pending) > t.policy(r.AgentID).MaxTaskBytes || encodedBytes(r.Pending) > MaxPendingBytes ||
+		pendingParts(r.Pending) > MaxPendingParts {
 		r.Pending, r.PendingChunks = nil, nil
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge, msgID)
 	}
 	r.UpdatedAt = now
 	return nil
+}
+
+// policy is agent id's artifact policy, defaults applied.
+func (t *Tracker) policy(agentID string) artifact.Policy {
+	return t.Policies[agentID].WithDefaults()
 }
 
 func pendingParts(as []a2a.Artifact) int {
@@ -402,18 +417,20 @@ func pendingParts(as []a2a.Artifact) int {
 	return n
 }
 
+// encodedBytes is the size of the pending artifacts in the task record.
+func encodedBytes(as []a2a.Artifact) int {
+	b, err := json.Marshal(as)
+	if err != nil {
+		return math.MaxInt
+	}
+	return len(b)
+}
+
+// pendingBytes measures a task's pending artifacts as artifact.Size does.
 func pendingBytes(as []a2a.Artifact) int {
 	n := 0
 	for _, a := range as {
-		for _, p := range a.Parts {
-			n += len(p.Data) + len(p.Raw)
-			if p.Text != nil {
-				n += len(*p.Text)
-			}
-			if p.URL != nil {
-				n += len(*p.URL)
-			}
-		}
+		n += artifact.Size(a)
 	}
 	return n
 }
@@ -504,7 +521,7 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 	rejected := false
 	r.Verdicts = r.Verdicts[:0]
 	for i, a := range r.Pending {
-		v := artifact.Check(schema, a)
+		v := artifact.CheckPolicy(schema, a, t.policy(r.AgentID))
 		if i < len(r.PendingChunks) {
 			v = chunkVerdict(v, r.PendingChunks[i])
 		}

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/mcpedge"
 	"go.yaml.in/yaml/v3"
 )
@@ -61,6 +62,10 @@ type AgentConfig struct {
 	// the brief is built and the host is told what was dropped. A skill
 	// with no entry (and no "*") receives all evidence.
 	EvidenceKeys map[string][]string `yaml:"evidence_keys"`
+	// Artifacts is what the agent's artifacts may carry besides data parts
+	// checked against the host schema (text, raw and url parts), and their
+	// limits; zero values are the strict defaults (artifact.Policy).
+	Artifacts artifact.Policy `yaml:"artifacts"`
 }
 
 // PrincipalConfig is a configured principal.

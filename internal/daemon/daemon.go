@@ -182,7 +182,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		case <-runCtx.Done():
 		}
 	}()
-	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log}
+	policies := map[string]artifact.Policy{}
+	for _, a := range cfg.Agents {
+		policies[a.ID] = a.Artifacts
+	}
+	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log, Policies: policies}
 	if _, err := task.EnsureStream(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
