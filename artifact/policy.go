@@ -1,6 +1,7 @@
 package artifact
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"mime"
@@ -331,6 +332,12 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 		c.violate(prefix+"/data", "json")
 		return
 	}
+	if ptr, dup := duplicateMember(part.Data); dup {
+		// Go keeps the last of duplicate members, other readers the first:
+		// what a host reads could be what was never validated.
+		c.violate(prefix+"/data"+ptr, "duplicate_member")
+		return
+	}
 	root, err := decodeUseNumber(part.Data)
 	if err != nil {
 		c.violate(prefix+"/data", "json")
@@ -341,6 +348,72 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 	}
 	for _, f := range untrusted.Walk(root, s.declares) {
 		c.ws = append(c.ws, Warning{Pointer: prefix + "/data" + f.Pointer, Kind: f.Kind})
+	}
+}
+
+// duplicateMember reports whether valid JSON text b has an object with two
+// members of one name (RFC 8259 §4: names SHOULD be unique), and the
+// pointer of the first such object — array indexes only below the root's
+// members, so no agent-chosen name is ever echoed: "" for the root, and an
+// object nested under a member is reported at the root.
+func duplicateMember(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		names  map[string]bool // nil for an array
+		index  int             // next array index
+		expect bool            // object: the next string token is a name
+		ptr    string          // "" once under a member: pointers stop there
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // io.EOF: b is valid, no duplicate
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.names != nil && top.expect {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			name, _ := tok.(string)
+			if top.names[name] {
+				return top.ptr, true
+			}
+			top.names[name] = true
+			top.expect = false
+			continue
+		}
+		// A value (or the end of an array).
+		childPtr := ""
+		if top != nil {
+			if top.names == nil {
+				childPtr = top.ptr + "/" + strconv.Itoa(top.index)
+				top.index++
+			} else {
+				childPtr = top.ptr // under a member: names are not echoed
+				top.expect = true
+			}
+		}
+		switch d, _ := tok.(json.Delim); d {
+		case '{':
+			stack = append(stack, &frame{names: map[string]bool{}, expect: true, ptr: childPtr})
+		case '[':
+			stack = append(stack, &frame{ptr: childPtr})
+		case ']':
+			stack = stack[:len(stack)-1]
+			if top != nil && top.names == nil {
+				top.index-- // the ']' was counted as a value above
+			}
+			if len(stack) > 0 {
+				if p := stack[len(stack)-1]; p.names != nil {
+					p.expect = true
+				}
+			}
+		}
 	}
 }
 
