@@ -86,6 +86,9 @@ type Record struct {
 	CreatedAt     time.Time    `json:"created_at"`
 	UpdatedAt     time.Time    `json:"updated_at"`
 	History       []Transition `json:"history"`
+	// RefusedUnrecorded counts refusals beyond MaxRefusedHistory, which
+	// the history does not hold.
+	RefusedUnrecorded int `json:"refused_unrecorded,omitempty"`
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
@@ -214,9 +217,8 @@ func (r *Record) Move(now time.Time, event, source, reason, msgID string) error 
 	from := r.State
 	to, err := Fire(from, event)
 	if err != nil {
-		r.History = append(r.History, Transition{At: now, From: from, To: from, Event: event, Source: source,
+		r.refuse(Transition{At: now, From: from, To: from, Event: event, Source: source,
 			Reason: "refused: " + event + " is not allowed from " + string(from), Refused: true, MsgID: msgID})
-		r.UpdatedAt = now
 		return err
 	}
 	r.State = to
@@ -229,6 +231,28 @@ func (r *Record) Move(now time.Time, event, source, reason, msgID string) error 
 	r.History = append(r.History, Transition{At: now, From: from, To: to, Event: event, Source: source, Reason: reason, MsgID: msgID})
 	r.UpdatedAt = now
 	return nil
+}
+
+// MaxRefusedHistory bounds the refusals a task's history records: an agent
+// flooding a task with bad events must not grow its record past what one
+// NATS message holds. Later refusals are only counted (RefusedUnrecorded).
+const MaxRefusedHistory = 32
+
+// refuse records a refused transition, or only counts it once
+// MaxRefusedHistory are recorded.
+func (r *Record) refuse(tr Transition) {
+	n := 0
+	for _, h := range r.History {
+		if h.Refused {
+			n++
+		}
+	}
+	if n < MaxRefusedHistory {
+		r.History = append(r.History, tr)
+	} else {
+		r.RefusedUnrecorded++
+	}
+	r.UpdatedAt = tr.At
 }
 
 func encode(r *Record) ([]byte, error) { return json.Marshal(r) }

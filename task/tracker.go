@@ -281,16 +281,18 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 				r.EventSeq = n
 			}
 		}
-		r.remember(msgID)
 		if foreign {
+			// Not remembered: another agent's message ids must not mark
+			// the owner's events as seen.
 			t.Log.Warn("event for a task of another agent refused", "task", taskID, "subject_agent", agentID, "owner", r.AgentID)
-			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
 				Reason: "refused: event published by an agent that does not own this task", Refused: true, MsgID: msgID})
 			return nil
 		}
+		r.remember(msgID)
 		if decErr != nil {
 			t.Log.Warn("malformed event refused", "task", taskID, "agent", agentID, "err", decErr)
-			r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
 				Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: msgID})
 			return nil
 		}
@@ -359,7 +361,7 @@ func (r *Record) learnIDs(agentTaskID, contextID string, now time.Time) {
 
 func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID string, now time.Time) error {
 	if r.State.Terminal() {
-		r.History = append(r.History, Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
+		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
 			Reason: "refused: artifact after a terminal state", Refused: true, MsgID: msgID})
 		return fmt.Errorf("%w: artifact after %s", ErrIllegalTransition, r.State)
 	}

@@ -425,3 +425,35 @@ func TestTooManyPartsFailTheTask(t *testing.T) {
 		t.Fatalf("state %s reason %q pending %d, want failed %s", r.State, r.Reason, len(r.Pending), ReasonArtifactTooLarge)
 	}
 }
+
+// An agent flooding a task with refused events cannot grow its record
+// without bound (it would outgrow one NATS message and wedge the task):
+// beyond MaxRefusedHistory refusals are only counted, and the task still
+// completes. Another agent's message ids never mark the owner's as seen.
+func TestRefusalFloodIsBounded(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t1")
+	own, foreign := "a2a.events.fraud-review.t1", "a2a.events.intruder.t1"
+	for i := range 500 {
+		_ = apply(t, tr, foreign, fmt.Sprintf("t1.%d", i+1), working) // the owner's next ids
+		_ = apply(t, tr, own, fmt.Sprint("junk-", i), `{"nope":1}`)
+	}
+	r := get(t, tr, "t1")
+	refused := 0
+	for _, h := range r.History {
+		if h.Refused {
+			refused++
+		}
+	}
+	if refused != MaxRefusedHistory || r.RefusedUnrecorded != 1000-MaxRefusedHistory {
+		t.Fatalf("%d refusals recorded, %d counted; want %d and %d", refused, r.RefusedUnrecorded, MaxRefusedHistory, 1000-MaxRefusedHistory)
+	}
+	for i, ev := range []string{working, good, completed} {
+		if err := apply(t, tr, own, fmt.Sprintf("t1.%d", i+1), ev); err != nil {
+			t.Fatalf("the owner's event t1.%d: %v", i+1, err)
+		}
+	}
+	if r := get(t, tr, "t1"); r.State != Completed {
+		t.Fatalf("state %s after the flood, want completed", r.State)
+	}
+}

@@ -211,8 +211,18 @@ func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Stop()
-	nc := natstest.Connect(t, ns)
-	register := func(agentID, credential string) natsbind.RegisterResponse {
+	// The answer goes to the inbox of the agent the credential names (or,
+	// without a valid one, the agent the registration claims).
+	conns := map[string]*nats.Conn{}
+	for _, id := range []string{"agent-a", "agent-b"} {
+		nc, err := nats.Connect(ns.ClientURL(), refagent.ConnectOptions(id, "")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		conns[id] = nc
+	}
+	register := func(agentID, credential, inboxOf string) natsbind.RegisterResponse {
 		t.Helper()
 		body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: agentID, Card: a2ad.FraudReviewCard()})
 		m := nats.NewMsg(natsbind.RegisterSubject)
@@ -220,7 +230,7 @@ func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
 		if credential != "" {
 			m.Header.Set("Authorization", "Bearer "+credential)
 		}
-		reply, err := nc.RequestMsg(m, 5*time.Second)
+		reply, err := conns[inboxOf].RequestMsg(m, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,13 +245,13 @@ func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
 	forged, _, _ := other.Mint("agent-b", time.Hour, time.Now())
 
 	for name, tc := range map[string]struct {
-		agentID, cred, code, msg string
+		agentID, cred, inboxOf, code, msg string
 	}{
-		"agent-a's credential, agent-b's id": {"agent-b", credA, natsbind.RegisterForbidden, "the credential is for another agent id: it names agent-a, the registration agent-b"},
-		"no credential":                      {"agent-b", "", natsbind.RegisterUnauthenticated, "registration needs the agent's credential"},
-		"credential not minted by a2ad":      {"agent-b", forged, natsbind.RegisterUnauthenticated, "agent credential invalid: signature does not verify"},
+		"agent-a's credential, agent-b's id": {"agent-b", credA, "agent-a", natsbind.RegisterForbidden, "the credential is for another agent id: it names agent-a, the registration agent-b"},
+		"no credential":                      {"agent-b", "", "agent-b", natsbind.RegisterUnauthenticated, "registration needs the agent's credential"},
+		"credential not minted by a2ad":      {"agent-b", forged, "agent-b", natsbind.RegisterUnauthenticated, "agent credential invalid: signature does not verify"},
 	} {
-		r := register(tc.agentID, tc.cred)
+		r := register(tc.agentID, tc.cred, tc.inboxOf)
 		if r.Code != tc.code || !strings.Contains(r.Error, tc.msg) || r.Status != "" || r.Fingerprint != "" {
 			t.Errorf("%s: %+v, want code %s and %q", name, r, tc.code, tc.msg)
 		}
@@ -249,11 +259,88 @@ func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
 			t.Errorf("%s: the answer quotes the credential", name)
 		}
 	}
-	if _, err := d.Service.Agents.Get(context.Background(), "agent-b"); !errors.Is(err, agentcard.ErrAgentNotFound) {
-		t.Errorf("agent-b after forged registrations: %v, want not found", err)
+	if rec, err := d.Service.Agents.Get(context.Background(), "agent-b"); err == nil && rec.Fingerprint != "" {
+		t.Errorf("agent-b has a card after forged registrations: %s", rec.Fingerprint)
 	}
-	if r := register("agent-a", credA); r.Code != "" || r.Status != "approved" || !strings.HasPrefix(r.Fingerprint, "sha256:") {
+	if r := register("agent-a", credA, "agent-a"); r.Code != "" || r.Status != "approved" || !strings.HasPrefix(r.Fingerprint, "sha256:") {
 		t.Errorf("agent-a's own registration: %+v", r)
+	}
+}
+
+// A registration's reply subject is the sender's choice, and a2ad's own
+// connection may publish anywhere: a2ad answers only into the agent's own
+// inbox, and does nothing for a request whose reply subject is anything
+// else — never a KV key, another agent's subjects or inbox.
+func TestRegistrationAnswersOnlyIntoTheAgentsInbox(t *testing.T) {
+	d := startEmbedded(t, "agent-a", "agent-b")
+	op := operatorConn(t, d)
+	ojs, _ := jetstream.New(op)
+	kv, err := ojs.KeyValue(context.Background(), "a2ad_agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything a2ad publishes outside _INBOX_agent-a is watched.
+	seen := make(chan string, 16)
+	for _, subj := range []string{"_INBOX_agent-b.>", "a2a.agent.>", "a2a.events.>", "$KV.a2ad_agents.>", "$KV.a2ad_secrets.>", "$KV.a2ad_tasks.>"} {
+		if _, err := op.Subscribe(subj, func(m *nats.Msg) { seen <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = op.Flush()
+	credA := mint(t, d, "agent-a", time.Hour)
+	var errs asyncErrs
+	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("agent-a", credA), nats.ErrorHandler(errs.handler))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: "agent-a", Card: a2ad.FraudReviewCard()})
+	for _, reply := range []string{
+		"$KV.a2ad_agents.agent-b", "$KV.a2ad_secrets.agent-credential-ed25519-seed", "$KV.a2ad_tasks.tsk-x",
+		natsbind.RPCSubject("agent-b"), natsbind.EventsSubject("agent-b", "tsk-x"), "_INBOX_agent-b.x", "_INBOX_agent-a", "_INBOX_agent-a.*",
+	} {
+		for _, cred := range []string{credA, ""} {
+			m := &nats.Msg{Subject: natsbind.RegisterSubject, Reply: reply, Data: body, Header: nats.Header{}}
+			if cred != "" {
+				m.Header.Set("Authorization", "Bearer "+cred)
+			}
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_ = nc.Flush()
+	// A proper registration afterwards is answered: the ones above were
+	// processed (in order) before it.
+	m := nats.NewMsg(natsbind.RegisterSubject)
+	m.Data = body
+	m.Header.Set("Authorization", "Bearer "+credA)
+	reply, err := nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r natsbind.RegisterResponse
+	if err := json.Unmarshal(reply.Data, &r); err != nil || r.Status != "approved" {
+		t.Fatalf("the proper registration: %s %v", reply.Data, err)
+	}
+	_ = op.Flush()
+	select {
+	case subj := <-seen:
+		if !strings.HasPrefix(subj, "$KV.a2ad_agents.agent-a") { // the proper registration's own write
+			t.Errorf("a2ad published on %s for a registration's reply subject", subj)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
+	for len(seen) > 0 {
+		if subj := <-seen; !strings.HasPrefix(subj, "$KV.a2ad_agents.agent-a") {
+			t.Errorf("a2ad published on %s for a registration's reply subject", subj)
+		}
+	}
+	if _, err := kv.Get(context.Background(), "agent-b"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("agent-b's record: %v, want none", err)
+	}
+	if _, err := daemon.AgentKeys(context.Background(), ojs, 1); err != nil {
+		t.Errorf("the credential seed was damaged: %v", err)
 	}
 }
 

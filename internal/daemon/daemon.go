@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -422,15 +423,20 @@ func (d *Daemon) verifyAgent(token string) (string, time.Time, error) {
 func (d *Daemon) register(m *nats.Msg) {
 	var req natsbind.RegisterRequest
 	resp := natsbind.RegisterResponse{}
+	replyAs := "" // the agent whose inbox may receive the answer
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		resp.Code, resp.Error = natsbind.RegisterInvalid, "registration must be {\"agentId\":…, \"card\":…}"
 	} else if cred, err := d.registrant(m.Header, req.AgentID); err != nil {
+		replyAs = cmp.Or(cred, req.AgentID)
 		resp.AgentID = req.AgentID
 		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
 		if errors.Is(err, errAgentIDMismatch) {
 			resp.Code = natsbind.RegisterForbidden
 		}
 		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
+	} else if replyAs = req.AgentID; !agentInbox(m.Reply, replyAs) {
+		// Checked before registering: nothing a request without a proper
+		// inbox asks for is done.
 	} else {
 		resp.AgentID = req.AgentID
 		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
@@ -442,8 +448,34 @@ func (d *Daemon) register(m *nats.Msg) {
 			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
 		}
 	}
+	// a2ad's own connection may publish anywhere, so the reply subject,
+	// which the sender chose, is confined to that agent's inbox: never a
+	// KV key, a stream, another agent's subjects.
+	if !agentInbox(m.Reply, replyAs) {
+		d.log.Warn("registration ignored: its reply subject is not the agent's inbox", "agent", safeID(replyAs),
+			"want_prefix", embedded.AgentInboxPrefix(safeID(replyAs))+".")
+		return
+	}
 	b, _ := json.Marshal(resp)
 	_ = m.Respond(b)
+}
+
+// agentInbox reports whether subject is in agentID's inbox,
+// _INBOX_<agentId>.<token>… (docs/nats-binding.md §10).
+func agentInbox(subject, agentID string) bool {
+	if !natsbind.ValidToken(agentID) {
+		return false
+	}
+	rest, ok := strings.CutPrefix(subject, embedded.AgentInboxPrefix(agentID)+".")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t") {
+			return false
+		}
+	}
+	return true
 }
 
 var errAgentIDMismatch = errors.New("the credential is for another agent id")

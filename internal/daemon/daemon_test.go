@@ -92,7 +92,11 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 	}
 	t.Cleanup(d.Stop)
 	s := &stack{d: d}
-	nc := natstest.Connect(t, ns)
+	nc, err := nats.Connect(ns.ClientURL(), refagent.ConnectOptions("fraud-review", "")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	s.nc = nc
 	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
 	if err != nil {
