@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/admin"
+	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/nats-io/nats.go"
@@ -121,6 +123,9 @@ store it like a password. It expires after --ttl (default 90 days, at most 400).
   fraud-review-agent --credential-file fraud-review.jwt`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if ttl < 0 || ttl > agentcred.MaxTTL {
+				return fmt.Errorf("--ttl %s: want 0 (default 2160h) up to %s", ttl, agentcred.MaxTTL)
+			}
 			var res admin.Credential
 			var raw []byte
 			var err error
@@ -197,6 +202,9 @@ func mintDirect(ctx context.Context, natsURL, dataDir string, replicas int, id s
 	}
 	nc, err := nats.Connect(natsURL, opts...)
 	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) {
+			return admin.Credential{}, fmt.Errorf("NATS %s: %w (a2ad's NATS user is needed: in the URL, or --data-dir of the daemon that embeds this server)", natsURL, err)
+		}
 		return admin.Credential{}, fmt.Errorf("NATS %s: %w", natsURL, err)
 	}
 	defer nc.Close()

@@ -218,7 +218,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.sub = sub
 	a.started = true
-	a.log.Info("serving", "subject", natsbind.RPCSubject(a.agentID), "misbehave", len(a.misbehave))
+	if a.nc.IsConnected() {
+		a.log.Info("serving", "subject", natsbind.RPCSubject(a.agentID), "misbehave", len(a.misbehave))
+	} else {
+		a.log.Info("will serve once connected", "subject", natsbind.RPCSubject(a.agentID), "misbehave", len(a.misbehave))
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
