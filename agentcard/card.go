@@ -391,6 +391,54 @@ func NATSInterface(c *Card) (Interface, bool) {
 	return Interface{}, false
 }
 
+// natsFault says why the card's interfaces do not let a2ad delegate to
+// agentID, or "" when they do: the card needs a [NATSInterface], and no
+// entry with protocolBinding [natsbind.BindingURI], at any version, may
+// name another agent than the one the card is registered under.
+//
+// docs/nats-binding.md §3.3 gives the URL as nats://<host:port>/a2a.agent.<agentId>
+// and has a2ad address the agent by the id it configured, not by the URL,
+// whose id SHOULD be the same. So a URL whose path is not a subject under
+// a2a.agent. (nats://host:port, with or without "/") leaves the id implicit
+// and is accepted; a subject naming another id makes the card not
+// delegable. The id is quoted in the reason only when it is a valid agent
+// id (natsbind.ValidToken): no other card text gets there.
+func natsFault(agentID string, ifaces []Interface) string {
+	if !slices.ContainsFunc(ifaces, func(in Interface) bool {
+		return in.ProtocolBinding == natsbind.BindingURI && in.ProtocolVersion == a2a.Version
+	}) {
+		return "card has no supportedInterfaces entry with protocolBinding " + natsbind.BindingURI + " and protocolVersion " + a2a.Version
+	}
+	for i, in := range ifaces {
+		if in.ProtocolBinding != natsbind.BindingURI {
+			continue
+		}
+		switch id, named := subjectAgent(in.URL); {
+		case !named || id == agentID:
+		case natsbind.ValidToken(id):
+			return "card's NATS interface names agent " + id + ", not " + agentID
+		default:
+			return "card's NATS interface at /supportedInterfaces/" + strconv.Itoa(i) + "/url names another agent than " + agentID
+		}
+	}
+	return ""
+}
+
+// subjectAgent returns the agent id a NATS interface URL names in its
+// subject, nats://host:port/a2a.agent.<agentId>[.…], and whether it names one.
+func subjectAgent(rawURL string) (string, bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(u.Path, "/"), "a2a.agent.")
+	if !ok {
+		return "", false
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id, true
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

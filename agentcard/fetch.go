@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,33 @@ const (
 // ErrFetch wraps every failure to fetch a card (network, status, limits).
 var ErrFetch = errors.New("agentcard: fetch")
 
+// FetchError is every error of [Fetcher.Fetch]; it wraps [ErrFetch] and
+// Err. Reason is a2ad's own words: it never quotes what the server sent
+// (status text, headers, body, the target of a redirect), so that it can be
+// shown wherever card text must not be, as [Refusal] does. Err, when set, is
+// the cause, and may quote the server: for logs.
+type FetchError struct {
+	URL    string // as given to Fetch
+	Reason string
+	Err    error
+}
+
+// Error returns "agentcard: fetch: <url>: <reason>[: <cause>]".
+func (e *FetchError) Error() string {
+	s := "agentcard: fetch: " + e.URL + ": " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *FetchError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrFetch}
+	}
+	return []error{ErrFetch, e.Err}
+}
+
 // Fetched is the outcome of one Fetch.
 type Fetched struct {
 	// Card is the card's bytes (nil when NotModified).
@@ -49,30 +77,31 @@ type Fetched struct {
 // Fetcher fetches agent cards over HTTP(S). Its zero value is usable.
 type Fetcher struct {
 	// Client is the HTTP client; nil means one with FetchTimeout that follows
-	// at most MaxRedirects redirects, each to https (or to loopback).
+	// at most MaxRedirects redirects, under [Fetcher.Fetch]'s rules.
 	Client *http.Client
+	// Transport carries the requests of the client Fetch makes when Client
+	// is nil (nil: http.DefaultTransport): a proxy, or the roots of a
+	// private CA, without giving up Fetch's redirect rules.
+	Transport http.RoundTripper
 }
 
 // Fetch GETs the card at rawURL with `A2A-Version: 1.0` and, when etag is
 // set, `If-None-Match`. The URL must be https, or http on a loopback host.
-// The answer must be 200 (or 304), of a JSON content type, at most
-// MaxCardBytes. Errors wrap ErrFetch. It does not parse the card.
+// With Client nil, a redirect may lead to another https URL, never from
+// https to http, and to a loopback host only from a card URL on one. The
+// answer must be 200 (or 304), of a JSON content type, at most
+// MaxCardBytes. Errors are *[FetchError]. It does not parse the card.
 func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, error) {
 	if err := fetchable(rawURL); err != nil {
 		return nil, err
 	}
 	client := f.Client
 	if client == nil {
-		client = &http.Client{Timeout: FetchTimeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) > MaxRedirects {
-				return fmt.Errorf("%w: more than %d redirects", ErrFetch, MaxRedirects)
-			}
-			return fetchable(req.URL.String())
-		}}
+		client = &http.Client{Timeout: FetchTimeout, Transport: f.Transport, CheckRedirect: checkRedirect}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+		return nil, &FetchError{URL: rawURL, Reason: "not a valid request URL", Err: err}
 	}
 	req.Header.Set("A2A-Version", "1.0")
 	req.Header.Set("Accept", fetchAcceptTypes)
@@ -81,7 +110,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrFetch, rawURL, err)
+		return nil, requestError(rawURL, err)
 	}
 	defer resp.Body.Close()
 	out := &Fetched{ETag: resp.Header.Get("ETag"), Next: next(resp.Header.Get("Cache-Control"), time.Now())}
@@ -94,31 +123,65 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, err
 		return out, nil
 	case http.StatusOK:
 	default:
-		return nil, fmt.Errorf("%w: %s answered %s", ErrFetch, rawURL, resp.Status)
+		// The status code, not resp.Status, whose text the server chose.
+		return nil, &FetchError{URL: rawURL, Reason: strings.TrimSpace(fmt.Sprintf("answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode)))}
 	}
-	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	ct := resp.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return nil, fmt.Errorf("%w: %s: content type %q is not JSON", ErrFetch, rawURL, resp.Header.Get("Content-Type"))
+		return nil, &FetchError{URL: rawURL, Reason: "content type is not JSON", Err: fmt.Errorf("Content-Type %q", truncate(ct, 128))}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxCardBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrFetch, rawURL, err)
+		return nil, requestError(rawURL, err)
 	}
 	if len(body) > MaxCardBytes {
-		return nil, fmt.Errorf("%w: %s: card larger than %d bytes", ErrFetch, rawURL, MaxCardBytes)
+		return nil, &FetchError{URL: rawURL, Reason: fmt.Sprintf("card larger than %d bytes", MaxCardBytes)}
 	}
 	out.Card = body
 	return out, nil
+}
+
+// requestError is the FetchError of a request that got no usable answer.
+func requestError(rawURL string, err error) *FetchError {
+	var redirect *FetchError // from checkRedirect, naming the target
+	if errors.As(err, &redirect) {
+		return &FetchError{URL: rawURL, Reason: redirect.Reason, Err: err}
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return &FetchError{URL: rawURL, Reason: "timed out", Err: err}
+	}
+	return &FetchError{URL: rawURL, Reason: "request failed", Err: err}
 }
 
 // fetchable refuses URLs a2ad must not fetch a card from: see [secureScheme].
 func fetchable(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: %q is not an absolute URL", ErrFetch, rawURL)
+		return &FetchError{URL: strconv.Quote(rawURL), Reason: "not an absolute URL"}
 	}
 	if !secureScheme(u) {
-		return fmt.Errorf("%w: %s: cards are fetched over https (http only on loopback)", ErrFetch, rawURL)
+		return &FetchError{URL: rawURL, Reason: "cards are fetched over https (http only on loopback)"}
+	}
+	return nil
+}
+
+// checkRedirect is the redirect policy of Fetch's own client. Beyond
+// fetchable, a redirect keeps https once there, and reaches a loopback host
+// only from a card URL on one: a remote card host must not point a2ad at
+// the services of its own host, which it could not reach itself.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	refuse := func(reason string) error { return &FetchError{URL: req.URL.Redacted(), Reason: reason} }
+	switch {
+	case len(via) > MaxRedirects:
+		return refuse(fmt.Sprintf("more than %d redirects", MaxRedirects))
+	case req.URL.Scheme != "https" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }):
+		return refuse("redirected from https to http")
+	case !secureScheme(req.URL):
+		return refuse("redirected off https (http only on loopback)")
+	case thisHost(req.URL.Hostname()) && !thisHost(via[0].URL.Hostname()):
+		return refuse("redirected to a loopback host")
 	}
 	return nil
 }
@@ -135,6 +198,20 @@ func secureScheme(u *url.URL) bool {
 		return h == "localhost" || (ip != nil && ip.IsLoopback())
 	}
 	return false
+}
+
+// thisHost reports whether host names this machine: localhost and its
+// subdomains (RFC 6761 §6.3), a loopback address, or the unspecified one,
+// which a connection reaches this machine through. A name that only
+// resolves to loopback is not caught: https to it fails for want of a
+// certificate for the name, and http to it is refused anyway.
+func thisHost(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }
 
 // CardURLError reports a card location that [CardURL] refuses. URL is the

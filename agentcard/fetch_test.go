@@ -3,6 +3,7 @@ package agentcard
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,11 +66,11 @@ func TestFetchRefusals(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for path, want := range map[string]string{
-		"/html":    `content type "text/html" is not JSON`,
+		"/html":    `content type is not JSON: Content-Type "text/html"`,
 		"/big":     "card larger than 65536 bytes",
 		"/missing": "answered 404 Not Found",
 		"/loop":    "more than 3 redirects",
-		"/away":    "cards are fetched over https (http only on loopback)",
+		"/away":    "redirected off https (http only on loopback)",
 	} {
 		_, err := (&Fetcher{}).Fetch(context.Background(), srv.URL+path, "")
 		if !errors.Is(err, ErrFetch) || !strings.Contains(err.Error(), want) {
@@ -128,5 +129,78 @@ func TestCardURLRefusals(t *testing.T) {
 		if !errors.As(err, &ce) || err.Error() != want {
 			t.Errorf("CardURL(%q) = %q, %v; want %s", in, got, err, want)
 		}
+	}
+}
+
+// A card host may redirect a2ad to another https URL, never down to http,
+// and to a loopback host only when the card's own URL is on one: otherwise
+// a remote card host could point a2ad at services listening on loopback.
+func TestFetchRedirectsStayOffLoopbackAndHTTPS(t *testing.T) {
+	card := a2ad.FraudReviewCard()
+	serve := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(card)
+	}
+	plain := httptest.NewServer(http.HandlerFunc(serve)) // http, on loopback
+	defer plain.Close()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/card", serve)
+	secure := httptest.NewTLSServer(mux) // its certificate names example.com and 127.0.0.1
+	defer secure.Close()
+	to := func(target string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, target, http.StatusFound) }
+	}
+	mux.Handle("/to-loopback-http", to(plain.URL+"/card"))
+	mux.Handle("/to-loopback-https", to(secure.URL+"/card"))
+	mux.Handle("/to-localhost-http", to(strings.Replace(plain.URL, "127.0.0.1", "localhost", 1)+"/card"))
+	mux.Handle("/to-remote-https", to("https://example.com/card"))
+	// example.com:443 is the TLS server; every other address is dialled.
+	transport := secure.Client().Transport.(*http.Transport).Clone()
+	transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == "example.com:443" {
+			addr = secure.Listener.Addr().String()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	plainRedirects := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, strings.Replace(plain.URL, "127.0.0.1", "localhost", 1)+"/card", http.StatusFound)
+	}))
+	defer plainRedirects.Close()
+	for _, c := range []struct {
+		url, refusal string // refusal "" when the card is fetched
+	}{
+		{"https://example.com/to-remote-https", ""},
+		{"https://example.com/to-loopback-http", "redirected from https to http"},
+		{"https://example.com/to-localhost-http", "redirected from https to http"},
+		{"https://example.com/to-loopback-https", "redirected to a loopback host"},
+		{secure.URL + "/to-loopback-http", "redirected from https to http"},
+		{secure.URL + "/to-loopback-https", ""},
+		{plainRedirects.URL + "/", ""},
+	} {
+		res, err := (&Fetcher{Transport: transport}).Fetch(t.Context(), c.url, "")
+		switch {
+		case c.refusal == "" && (err != nil || string(res.Card) != string(card)):
+			t.Errorf("%s: %v, want the card", c.url, err)
+		case c.refusal != "" && (!errors.Is(err, ErrFetch) || !strings.Contains(err.Error(), c.refusal)):
+			t.Errorf("%s: %v, want ErrFetch: %s", c.url, err, c.refusal)
+		}
+	}
+}
+
+// Every spelling of this machine counts as loopback for a redirect.
+func TestRedirectToThisHostIsRefused(t *testing.T) {
+	from, _ := http.NewRequest(http.MethodGet, "https://cards.example.com/card.json", nil)
+	for _, target := range []string{
+		"https://localhost/card", "https://LOCALHOST./card", "https://agent.localhost/card", "https://127.0.0.2/card",
+		"https://[::1]/card", "https://0.0.0.0/card", "https://[::]/card", "https://[::ffff:127.0.0.1]/card",
+	} {
+		to, _ := http.NewRequest(http.MethodGet, target, nil)
+		if err := checkRedirect(to, []*http.Request{from}); err == nil || !strings.Contains(err.Error(), "redirected to a loopback host") {
+			t.Errorf("redirect to %s: %v", target, err)
+		}
+	}
+	to, _ := http.NewRequest(http.MethodGet, "https://cdn.example.net/card", nil)
+	if err := checkRedirect(to, []*http.Request{from}); err != nil {
+		t.Errorf("redirect to another https host: %v", err)
 	}
 }

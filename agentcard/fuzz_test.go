@@ -2,7 +2,10 @@ package agentcard
 
 import (
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/a2ad/a2ad/internal/natsbind"
 )
 
 // FuzzParse feeds Parse untrusted card bytes: it must never panic, refuse
@@ -29,7 +32,15 @@ func FuzzParse(f *testing.F) {
 			if !errors.As(err, &ve) {
 				t.Fatalf("Parse error %T %v, want *ValidationError", err, err)
 			}
+			// A refusal's reason quotes nothing of the card.
+			if reason, ok := refusalReason(err); !ok || strings.ContainsAny(reason, "\"'`\\") || strings.ContainsFunc(reason, func(r rune) bool { return r < ' ' || r > '~' }) {
+				t.Fatalf("refusal reason %q of %v", reason, err)
+			}
 			return
+		}
+		reason := natsFault("a", c.SupportedInterfaces)
+		if id, ok := strings.CutPrefix(reason, "card's NATS interface names agent "); ok && !natsbind.ValidToken(strings.TrimSuffix(id, ", not a")) {
+			t.Fatalf("natsFault quotes %q", reason)
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("Parse accepted a card that Validate refuses: %v", err)

@@ -5,16 +5,17 @@ import (
 	"cmp"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,7 +56,9 @@ type AgentConfig struct {
 	ApprovedFingerprint string `yaml:"approved_fingerprint"`
 	// SigningKeys are PEM files (public keys or certificates) the operator
 	// pins for the agent's card signatures; RequireSignature refuses a card
-	// none of whose signatures verifies with one of them ([Verify]).
+	// none of whose signatures verifies with one of them ([Verify]), and
+	// its approval: a card approved before, or stored before the keys
+	// changed, is not delegable until a signed one is registered.
 	SigningKeys      []string `yaml:"signing_keys"`
 	RequireSignature bool     `yaml:"require_signature"`
 	// CardURL, when set, is where a2ad fetches the agent's card and
@@ -69,11 +72,21 @@ type AgentConfig struct {
 
 // Record is what the registry knows of one agent, stored as JSON in [Bucket]
 // under the agent id.
+//
+// Tenants, Delegable, NotDelegableReason, SignatureVerified, SignedForm,
+// SignaturePayload and LastRefusal are as the [Registry] reading the record
+// has them, from its own configuration and memory: the stored values are
+// the writer's, and are not read back.
 type Record struct {
 	AgentID string `json:"agent_id"`
-	// Card is the last card the agent registered, compacted (insignificant
-	// whitespace removed).
+	// Card is the last card the agent registered, in its A2A 1.0 form
+	// ([Normalize]), compacted (insignificant whitespace removed). It is
+	// null for a configured agent that has not registered one yet.
 	Card json.RawMessage `json:"card"`
+	// ReceivedCard is the card as the agent sent it, compacted, when
+	// Normalize rewrote it (a 0.3 card) and it carries signatures: what its
+	// signer signed.
+	ReceivedCard json.RawMessage `json:"received_card,omitempty"`
 	// Fingerprint is Card's [Fingerprint].
 	Fingerprint string `json:"fingerprint"`
 	// ApprovedFingerprint is the fingerprint last approved, by an operator,
@@ -85,8 +98,10 @@ type Record struct {
 	// Tenants are those of the agent's configuration, as this registry has
 	// it; empty for an agent that is not configured.
 	Tenants []string `json:"tenants,omitempty"`
-	// Delegable is true when Status is approved and the card has a
-	// [NATSInterface]; otherwise NotDelegableReason says why not.
+	// Delegable is true when Status is approved, the configuration requires
+	// no signature or one verifies (SignatureVerified), and the card has a
+	// [NATSInterface] and no NATS interface naming another agent
+	// (docs/nats-binding.md §3.3); otherwise NotDelegableReason says why not.
 	Delegable          bool      `json:"delegable"`
 	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
 	RegisteredAt       time.Time `json:"registered_at"`
@@ -96,17 +111,23 @@ type Record struct {
 	// the current card differs from it (at most 50), for the operator's review.
 	ApprovedCard json.RawMessage `json:"approved_card,omitempty"`
 	Changes      []string        `json:"changes,omitempty"`
-	// SignatureVerified is true when one of the card's signatures verified
-	// with a key the operator pinned for the agent.
+	// SignatureVerified is true when one of the card's signatures verifies
+	// with a key the operator pins for the agent now.
 	SignatureVerified bool `json:"signature_verified,omitempty"`
-	// SignaturePayload says what the verified signature signed: the A2A 1.0
-	// §8.4 payload ("defaults-removed") or the card as published
-	// ("defaults-kept"); see [Verify].
+	// SignedForm says which card the verified signature signed: the card as
+	// the agent sent it ("as-received"), or the 1.0 form of a 0.3 card
+	// ("normalized"); SignaturePayload says how that card became the signed
+	// bytes: the A2A 1.0 §8.4 payload ("defaults-removed") or the card as
+	// published ("defaults-kept"); see [Verify].
+	SignedForm       CardForm    `json:"signed_form,omitempty"`
 	SignaturePayload PayloadForm `json:"signature_payload,omitempty"`
 	// Warnings flag card text phrased as instructions to a model
 	// ([InjectionWarnings]): for the operator's review. They do not change
 	// the status; card text reaches hosts as data either way.
 	Warnings []Warning `json:"warnings,omitempty"`
+	// LastRefusal is the last card of the agent this registry refused, or
+	// failed to fetch ([Registry.NoteRefusal]); nil if none since it started.
+	LastRefusal *Refusal `json:"last_refusal,omitempty"`
 }
 
 // ErrAgentNotFound means the agent is not registered, or not visible to the
@@ -137,8 +158,11 @@ const casAttempts = 6
 
 // Registry decides which agents a2ad may delegate to. Its records live in
 // JetStream KV and every read goes there, so several instances sharing the
-// bucket agree; writes are compare-and-swap on the key's revision. A
-// Registry is safe for concurrent use.
+// bucket agree; writes are compare-and-swap on the key's revision. What
+// follows from the configuration is derived when a record is read, so that
+// a changed configuration (keys pinned, rotated, a signature required)
+// applies to records stored before it. A Registry is safe for concurrent
+// use.
 type Registry struct {
 	kv     jetstream.KeyValue
 	agents map[string]AgentConfig
@@ -147,6 +171,22 @@ type Registry struct {
 	// id), so that compare-and-swap retries are spent only on races with
 	// other instances.
 	writers [32]sync.Mutex
+
+	mu       sync.Mutex
+	checks   map[string]cardCheck // per agent, of its last card read
+	refusals map[string]Refusal   // per configured agent
+}
+
+// cardCheck is what a registry concluded of one stored card: whether its
+// NATS interfaces serve the agent, and whether its signatures verify with
+// the pinned keys. Both depend only on the card's bytes and the
+// configuration, so a check is cached per agent until its card changes.
+type cardCheck struct {
+	sum     [sha256.Size]byte // of the card, a NUL, the received card
+	binding string            // natsFault
+	signed  CardForm
+	payload PayloadForm
+	sigErr  error // nil when a signature verified
 }
 
 // NewRegistry creates or updates [Bucket] (file storage, history 5,
@@ -195,14 +235,18 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 	if err != nil {
 		return nil, fmt.Errorf("agentcard: bucket %s: %w", Bucket, err)
 	}
-	return &Registry{kv: kv, agents: agents, keys: keys}, nil
+	return &Registry{kv: kv, agents: agents, keys: keys, checks: map[string]cardCheck{}, refusals: map[string]Refusal{}}, nil
 }
 
 // Register records the card an agent presents, raw being the exact bytes it
 // sent, and returns the resulting record. agentID must satisfy
 // natsbind.ValidToken (else an error wrapping natsbind.ErrBadSubject); raw
-// must [Parse] (else its *[ValidationError]). The status follows from the
-// configuration and from what is stored:
+// must [Normalize] and [Parse] (else its *[ValidationError]); with
+// require_signature, one of its signatures must verify with the pinned keys
+// (else an error wrapping [ErrSignature]), over the card as received, or,
+// for a 0.3 card, over its 1.0 form. A refused card of a configured agent
+// becomes its LastRefusal ([RefusalRegistration]). The status follows from
+// the configuration and from what is stored:
 //
 //   - a quarantined agent stays quarantined;
 //   - a card whose fingerprint is approved (in the record or in the
@@ -212,65 +256,95 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 //   - otherwise the card changed since approval: quarantined, keeping the
 //     approved fingerprint.
 //
-// Registering the current card again changes only UpdatedAt. Concurrent
-// changes to one agent are serialized: within a Registry by a lock, across
-// instances by compare-and-swap, retried up to 5 times (with jittered
-// backoff) after losing a race.
+// Registering the current card again changes only UpdatedAt (and the
+// stored card when its signatures changed). Concurrent changes to one
+// agent are serialized: within a Registry by a lock, across instances by
+// compare-and-swap, retried up to 5 times (with jittered backoff) after
+// losing a race.
 func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
 	if !natsbind.ValidToken(agentID) {
 		return nil, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
 	}
-	raw, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
+	rec, err := r.register(ctx, agentID, raw)
+	if err != nil {
+		r.NoteRefusal(agentID, RefusalRegistration, err)
+	}
+	return rec, err
+}
+
+func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
+	if len(raw) > MaxCardBytes {
+		return nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
+	}
+	normal, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
 	if err != nil {
 		return nil, err
 	}
-	card, fp, err := parse(raw)
+	card, fp, err := parse(normal)
 	if err != nil {
 		return nil, err
-	}
-	var form PayloadForm
-	if keys := r.keys[agentID]; len(keys) > 0 {
-		v, verr := Verify(raw, keys)
-		if verr != nil && r.agents[agentID].RequireSignature {
-			return nil, verr
-		}
-		if verr == nil {
-			form = v.Payload
-		}
 	}
 	// Stored compact, as the record's JSON encoding would anyway; returned
 	// records then equal stored ones.
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, raw); err != nil {
+	stored, err := compact(normal)
+	if err != nil {
 		return nil, err
 	}
-	raw = compact.Bytes()
+	var received []byte
+	if len(card.Signatures) > 0 && !bytes.Equal(normal, raw) {
+		if received, err = compact(raw); err != nil {
+			return nil, err
+		}
+	}
+	if r.agents[agentID].RequireSignature {
+		if c := r.check(agentID, stored, received); c.sigErr != nil {
+			return nil, c.sigErr
+		}
+	}
 	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
-		rec := r.registration(old, agentID, raw, card, fp, now)
-		rec.SignatureVerified, rec.SignaturePayload = form != "", form
-		return rec, nil
+		return r.registration(old, agentID, stored, received, card, fp, now), nil
 	})
 }
 
-func (r *Registry) registration(old *Record, agentID string, raw []byte, card *Card, fp string, now time.Time) *Record {
+func compact(raw []byte) ([]byte, error) {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// changedPrefix begins every StatusReason of a quarantine a changed card
+// caused, and only those.
+const changedPrefix = "card changed since approval (approved "
+
+func (r *Registry) registration(old *Record, agentID string, raw, received []byte, card *Card, fp string, now time.Time) *Record {
 	ac, configured := r.agents[agentID]
-	rec := &Record{AgentID: agentID, Card: raw, Fingerprint: fp, RegisteredAt: now, UpdatedAt: now}
+	rec := &Record{AgentID: agentID, Card: raw, ReceivedCard: received, Fingerprint: fp, RegisteredAt: now, UpdatedAt: now}
 	if old != nil {
 		rec.RegisteredAt = old.RegisteredAt
 		rec.ApprovedFingerprint = old.ApprovedFingerprint
-		if old.Fingerprint == fp {
+		// Same content in other bytes: keep the stored ones, unless the
+		// signatures changed, which the fingerprint does not cover.
+		if old.Fingerprint == fp && received == nil && old.ReceivedCard == nil && sameSignatures(old.Card, raw) {
 			rec.Card = old.Card
 		}
 	}
 	changed := func(approved string) string {
-		return fmt.Sprintf("card changed since approval (approved %s, presented %s)", approved, fp)
+		return changedPrefix + approved + ", presented " + fp + ")"
 	}
 	switch {
 	case old != nil && old.Status == StatusQuarantined:
 		// Only an operator lifts a quarantine: otherwise an agent could
-		// leave one by presenting its approved card again.
+		// leave one by presenting its approved card again. A quarantine a
+		// changed card caused says what the current card is; an operator's
+		// reason stays until another card than the last one comes.
 		rec.Status, rec.StatusReason = StatusQuarantined, old.StatusReason
-		if fp != old.Fingerprint && fp != rec.ApprovedFingerprint && rec.ApprovedFingerprint != "" {
+		switch {
+		case rec.ApprovedFingerprint == "":
+		case fp == rec.ApprovedFingerprint && strings.HasPrefix(old.StatusReason, changedPrefix):
+			rec.StatusReason = changedPrefix + fp + "), then presented the approved card again: an operator must approve it"
+		case fp != rec.ApprovedFingerprint && (fp != old.Fingerprint || strings.HasPrefix(old.StatusReason, changedPrefix)):
 			rec.StatusReason = changed(rec.ApprovedFingerprint)
 		}
 	case fp == rec.ApprovedFingerprint || fp == ac.ApprovedFingerprint:
@@ -302,37 +376,118 @@ func (r *Registry) registration(old *Record, agentID string, raw []byte, card *C
 			rec.Changes = Changes(rec.ApprovedCard, rec.Card)
 		}
 	}
-	r.derive(rec, card)
+	rec.Warnings = InjectionWarnings(card)
 	return rec
 }
 
-// derive sets what follows from the record's status, its card and the
-// configuration.
-func (r *Registry) derive(rec *Record, card *Card) {
-	rec.Tenants = slices.Clone(r.agents[rec.AgentID].Tenants)
-	rec.Warnings = InjectionWarnings(card)
+// sameSignatures reports whether two compact cards carry the same
+// signatures member, byte for byte.
+func sameSignatures(a, b []byte) bool {
+	var x, y struct {
+		Signatures json.RawMessage `json:"signatures"`
+	}
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && bytes.Equal(x.Signatures, y.Signatures)
+}
+
+// signatureRequired is the NotDelegableReason of an approved card that
+// require_signature refuses.
+const signatureRequired = "a signature is required and the card's signatures do not verify with the pinned keys"
+
+// noCard is the StatusReason and NotDelegableReason of a configured agent
+// without a registered card.
+const noCard = "no card registered yet"
+
+// view sets what rec says as this registry reads it (see [Record]): the
+// tenants, the signature check and the refusal from this registry's
+// configuration and memory, and from them whether the agent is delegable.
+func (r *Registry) view(rec *Record) {
+	ac := r.agents[rec.AgentID]
+	rec.Tenants = slices.Clone(ac.Tenants)
+	rec.LastRefusal = r.lastRefusal(rec.AgentID)
+	rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = false, "", ""
 	rec.Delegable, rec.NotDelegableReason = false, ""
+	if len(rec.Card) == 0 {
+		rec.NotDelegableReason = noCard
+		return
+	}
+	c := r.check(rec.AgentID, rec.Card, rec.ReceivedCard)
+	if c.sigErr == nil {
+		rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = true, c.signed, c.payload
+	}
 	switch {
 	case rec.Status != StatusApproved:
 		rec.NotDelegableReason = string(rec.Status)
 		if rec.StatusReason != "" {
 			rec.NotDelegableReason += ": " + rec.StatusReason
 		}
-	case !hasNATSInterface(card):
-		rec.NotDelegableReason = "card has no supportedInterfaces entry with protocolBinding " +
-			natsbind.BindingURI + " and protocolVersion " + a2a.Version
+	case ac.RequireSignature && !rec.SignatureVerified:
+		rec.NotDelegableReason = signatureRequired
+	case c.binding != "":
+		rec.NotDelegableReason = c.binding
 	default:
 		rec.Delegable = true
 	}
 }
 
-func hasNATSInterface(c *Card) bool {
-	_, ok := NATSInterface(c)
-	return ok
+// check returns the [cardCheck] of the agent's card, from the cache when
+// the card is the one last checked.
+func (r *Registry) check(agentID string, card, received []byte) cardCheck {
+	h := sha256.New()
+	h.Write(card)
+	h.Write([]byte{0}) // never in JSON text
+	h.Write(received)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	r.mu.Lock()
+	c, ok := r.checks[agentID]
+	r.mu.Unlock()
+	if ok && c.sum == sum {
+		return c
+	}
+	c = cardCheck{sum: sum}
+	var ifaces struct {
+		SupportedInterfaces []Interface `json:"supportedInterfaces"`
+	}
+	if err := json.Unmarshal(card, &ifaces); err != nil {
+		c.binding = "stored card does not decode"
+	} else {
+		c.binding = natsFault(agentID, ifaces.SupportedInterfaces)
+	}
+	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
+	r.mu.Lock()
+	r.checks[agentID] = c
+	r.mu.Unlock()
+	return c
+}
+
+// verify checks the card's signatures with the keys pinned for the agent:
+// over the card as the agent sent it (received, when Normalize rewrote
+// it), then over the card's 1.0 form. The error wraps ErrSignature, also
+// when no key is pinned.
+func (r *Registry) verify(agentID string, card, received []byte) (CardForm, PayloadForm, error) {
+	keys := r.keys[agentID]
+	if len(keys) == 0 {
+		return "", "", fmt.Errorf("%w: no key is pinned for agent %s", ErrSignature, agentID)
+	}
+	if received != nil {
+		if v, err := Verify(received, keys); err == nil {
+			return SignedAsReceived, v.Payload, nil
+		}
+	}
+	v, err := Verify(card, keys)
+	switch {
+	case err != nil:
+		return "", "", err
+	case received != nil:
+		return SignedNormalized, v.Payload, nil
+	}
+	return SignedAsReceived, v.Payload, nil
 }
 
 // Approve approves the agent's current card: fingerprint must be the
-// record's Fingerprint (else an error wrapping [ErrFingerprintMismatch]).
+// record's Fingerprint (else an error wrapping [ErrFingerprintMismatch]),
+// and, when the configuration requires a signature, one of the card's must
+// verify with the pinned keys (else an error wrapping [ErrSignature]).
 // The agent becomes approved, also out of pending or quarantined. Approving
 // an agent that is not configured pins its card but shows it to no tenant
 // until the configuration names it.
@@ -344,10 +499,13 @@ func (r *Registry) Approve(ctx context.Context, agentID, fingerprint string) (*R
 		if fingerprint != old.Fingerprint {
 			return nil, fmt.Errorf("%w: agent %s presents %s, not %s", ErrFingerprintMismatch, agentID, old.Fingerprint, truncate(fingerprint, 80))
 		}
+		if r.agents[agentID].RequireSignature && !old.SignatureVerified {
+			return nil, fmt.Errorf("%w: agent %s: %s", ErrSignature, agentID, signatureRequired)
+		}
 		rec := *old
 		rec.Status, rec.StatusReason, rec.ApprovedFingerprint, rec.UpdatedAt = StatusApproved, "", fingerprint, now
 		rec.ApprovedCard, rec.Changes = nil, nil
-		return &rec, r.deriveStored(&rec)
+		return &rec, nil
 	})
 }
 
@@ -364,18 +522,8 @@ func (r *Registry) Quarantine(ctx context.Context, agentID, reason string) (*Rec
 		}
 		rec := *old
 		rec.Status, rec.StatusReason, rec.UpdatedAt = StatusQuarantined, reason, now
-		return &rec, r.deriveStored(&rec)
+		return &rec, nil
 	})
-}
-
-// deriveStored is derive for a record whose card comes from the store.
-func (r *Registry) deriveStored(rec *Record) error {
-	card, err := storedCard(rec)
-	if err != nil {
-		return err
-	}
-	r.derive(rec, card)
-	return nil
 }
 
 // storedCard decodes a card that passed Parse when it was registered; it
@@ -422,7 +570,10 @@ func (r *Registry) change(ctx context.Context, agentID string, next func(old *Re
 		if err != nil {
 			return nil, err
 		}
-		body, err := encodeRecord(rec)
+		r.view(rec)
+		stored := *rec
+		stored.LastRefusal = nil // this instance's memory, not the agent's record
+		body, err := encodeRecord(&stored)
 		if err != nil {
 			return nil, err
 		}
@@ -473,19 +624,36 @@ func (r *Registry) decode(e jetstream.KeyValueEntry) (*Record, error) {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("agentcard: stored record %s: %w", e.Key(), err)
 	}
-	// Tenants follow this registry's configuration, not what the writer had.
-	rec.Tenants = slices.Clone(r.agents[rec.AgentID].Tenants)
+	r.view(&rec)
 	return &rec, nil
 }
 
 // Get returns the agent's record whatever its status: the operator's view.
-// ErrAgentNotFound if the agent never registered.
+// A configured agent that never registered a card has a record without
+// one, pending ([Registry.List]). ErrAgentNotFound if the agent is neither
+// configured nor registered.
 func (r *Registry) Get(ctx context.Context, agentID string) (*Record, error) {
 	if !natsbind.ValidToken(agentID) {
 		return nil, ErrAgentNotFound
 	}
 	rec, _, err := r.load(ctx, agentID)
+	if errors.Is(err, ErrAgentNotFound) {
+		if rec := r.unregistered(agentID); rec != nil {
+			return rec, nil
+		}
+	}
 	return rec, err
+}
+
+// unregistered is the record of a configured agent without a stored one;
+// nil for an agent that is not configured.
+func (r *Registry) unregistered(agentID string) *Record {
+	if _, ok := r.agents[agentID]; !ok {
+		return nil
+	}
+	rec := &Record{AgentID: agentID, Status: StatusPending, StatusReason: noCard}
+	r.view(rec)
+	return rec
 }
 
 // Visible returns the agent's record if tenant may see it: the agent's
@@ -510,7 +678,10 @@ func (r *Registry) visible(rec *Record, tenant string) bool {
 }
 
 // List returns the records tenant may see (as [Registry.Visible]), sorted by
-// agent id; tenant "" lists every record, the operator's view. The result is
+// agent id; tenant "" lists every record, the operator's view, which also
+// has every configured agent without a card, pending with the
+// NotDelegableReason "no card registered yet" (and its LastRefusal, which
+// says why, if a2ad refused or could not fetch its card). The result is
 // empty, not nil, when there is none.
 func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -519,6 +690,7 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 	}
 	defer w.Stop()
 	out := []Record{}
+	seen := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -528,6 +700,13 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 				return nil, errors.New("agentcard: list: watch closed")
 			}
 			if e == nil { // every current value has been delivered
+				if tenant == "" {
+					for id := range r.agents {
+						if !seen[id] {
+							out = append(out, *r.unregistered(id))
+						}
+					}
+				}
 				slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.AgentID, b.AgentID) })
 				return out, nil
 			}
@@ -535,6 +714,7 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 			if err != nil {
 				return nil, err
 			}
+			seen[rec.AgentID] = true
 			if tenant == "" || r.visible(rec, tenant) {
 				out = append(out, *rec)
 			}

@@ -39,6 +39,15 @@ func register(t *testing.T, r *Registry, id string, raw []byte) *Record {
 	return rec
 }
 
+// summary is what a failure message shows of a record: not its cards.
+func summary(rec *Record) string {
+	if rec == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("{%s %s %q fingerprint %s delegable %v %q verified %v %s %s}", rec.AgentID, rec.Status, rec.StatusReason,
+		rec.Fingerprint, rec.Delegable, rec.NotDelegableReason, rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload)
+}
+
 // changedCard is the fixture with another description, and its fingerprint.
 func changedCard(t *testing.T, description string) ([]byte, string) {
 	t.Helper()
@@ -123,10 +132,11 @@ func TestRegisterTrustOnFirstUseThenQuarantine(t *testing.T) {
 		t.Fatalf("List(default) = %+v, %v; want the quarantined agent", list, err)
 	}
 
-	// The approved card again does not lift the quarantine: only an operator does.
+	// The approved card again does not lift the quarantine: only an operator
+	// does (TestQuarantineReasonFollowsTheCurrentCard checks the reason).
 	back := register(t, r, agent, fixture(t))
-	if back.Status != StatusQuarantined || back.Fingerprint != fixtureFingerprint || back.StatusReason != wantReason {
-		t.Fatalf("approved card again = %+v, want still quarantined", back)
+	if back.Status != StatusQuarantined || back.Fingerprint != fixtureFingerprint || back.Delegable {
+		t.Fatalf("approved card again = %s %s, want still quarantined", back.Status, back.Fingerprint)
 	}
 	register(t, r, agent, changed)
 
@@ -336,7 +346,7 @@ func TestOperatorQuarantine(t *testing.T) {
 }
 
 func TestRegistryRefuses(t *testing.T) {
-	r, _ := newRegistry(t, AgentConfig{ID: agent, TrustOnFirstUse: true})
+	r, js := newRegistry(t, AgentConfig{ID: agent, TrustOnFirstUse: true})
 	ctx := t.Context()
 	if _, err := r.Register(ctx, "fraud.review", fixture(t)); !errors.Is(err, natsbind.ErrBadSubject) {
 		t.Errorf("Register(fraud.review) = %v, want ErrBadSubject", err)
@@ -345,8 +355,8 @@ func TestRegistryRefuses(t *testing.T) {
 	if _, err := r.Register(ctx, agent, edit(t, func(c map[string]any) { delete(c, "skills") })); !errors.As(err, &ve) || ve.Pointer != "/skills" {
 		t.Errorf("Register(no skills) = %v, want *ValidationError at /skills", err)
 	}
-	if _, err := r.Get(ctx, agent); !errors.Is(err, ErrAgentNotFound) {
-		t.Errorf("Get after refused registrations = %v, want ErrAgentNotFound", err)
+	if rec, err := r.Get(ctx, agent); err != nil || rec.Status != StatusPending || rec.Card != nil || rec.Fingerprint != "" {
+		t.Errorf("Get after refused registrations = %s, %v; want the configured agent without a card", summary(rec), err)
 	}
 	if _, err := r.Approve(ctx, agent, fixtureFingerprint); !errors.Is(err, ErrAgentNotFound) {
 		t.Errorf("Approve(unknown) = %v, want ErrAgentNotFound", err)
@@ -354,8 +364,18 @@ func TestRegistryRefuses(t *testing.T) {
 	if _, err := r.Quarantine(ctx, agent, "x"); !errors.Is(err, ErrAgentNotFound) {
 		t.Errorf("Quarantine(unknown) = %v, want ErrAgentNotFound", err)
 	}
-	if list, err := r.List(ctx, ""); err != nil || list == nil || len(list) != 0 {
-		t.Errorf("List on empty bucket = %#v, %v; want empty", list, err)
+	if list, err := r.List(ctx, ""); err != nil || len(list) != 1 || list[0].Card != nil {
+		t.Errorf("List on empty bucket = %d records, %v; want the configured agent without a card", len(list), err)
+	}
+	unconfigured, err := NewRegistry(ctx, js, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unconfigured.Get(ctx, agent); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Get(unknown) = %v, want ErrAgentNotFound", err)
+	}
+	if list, err := unconfigured.List(ctx, ""); err != nil || list == nil || len(list) != 0 {
+		t.Errorf("List on empty bucket, nothing configured = %#v, %v; want empty", list, err)
 	}
 }
 
@@ -508,5 +528,121 @@ func TestQuarantineKeepsTheApprovedCardAndTheChanges(t *testing.T) {
 	a, err := r.Approve(t.Context(), agent, changedFP)
 	if err != nil || a.Status != StatusApproved || a.ApprovedCard != nil || a.Changes != nil {
 		t.Fatalf("approve: %+v %v", a, err)
+	}
+}
+
+// A card approved at A, changed to B, then back at A stays quarantined (only
+// an operator lifts a quarantine), and its reason and changes describe the
+// card it presents now, not B.
+func TestQuarantineReasonFollowsTheCurrentCard(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	register(t, r, agent, fixture(t))
+	changed, changedFP := changedCard(t, "Assesses refund fraud risk, now differently.")
+	register(t, r, agent, changed)
+
+	back := register(t, r, agent, fixture(t))
+	wantBack := "card changed since approval (approved " + fixtureFingerprint + "), then presented the approved card again: an operator must approve it"
+	if back.Status != StatusQuarantined || back.Fingerprint != fixtureFingerprint || back.StatusReason != wantBack ||
+		back.NotDelegableReason != "quarantined: "+wantBack || back.Changes != nil || back.ApprovedCard != nil {
+		t.Fatalf("approved card again: status %s fingerprint %s reason %q changes %v approved card kept %v",
+			back.Status, back.Fingerprint, back.StatusReason, back.Changes, back.ApprovedCard != nil)
+	}
+	if got, err := r.Get(t.Context(), agent); err != nil || got.StatusReason != wantBack {
+		t.Errorf("Get = %s, %v", summary(got), err)
+	}
+	again := register(t, r, agent, changed)
+	wantChanged := "card changed since approval (approved " + fixtureFingerprint + ", presented " + changedFP + ")"
+	if again.StatusReason != wantChanged || !slices.Equal(again.Changes, []string{"/description"}) {
+		t.Errorf("changed card again: reason %q changes %v", again.StatusReason, again.Changes)
+	}
+}
+
+// A configured agent is listed for the operator before any card of it is
+// registered (a card_url whose fetches fail, an agent not yet started), and
+// stays invisible to its tenants.
+func TestConfiguredAgentWithoutACardIsListed(t *testing.T) {
+	r, _ := newRegistry(t,
+		AgentConfig{ID: "alpha", Tenants: []string{"default"}, CardURL: "https://alpha.example.com"},
+		AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	ctx := t.Context()
+	register(t, r, agent, fixture(t))
+	check := func(what string, rec *Record) {
+		t.Helper()
+		if rec.AgentID != "alpha" || rec.Status != StatusPending || rec.Delegable || rec.NotDelegableReason != "no card registered yet" ||
+			rec.Fingerprint != "" || len(rec.Card) != 0 || !slices.Equal(rec.Tenants, []string{"default"}) {
+			t.Errorf("%s = %s, tenants %v", what, summary(rec), rec.Tenants)
+		}
+	}
+	list, err := r.List(ctx, "")
+	if err != nil || len(list) != 2 || list[1].AgentID != agent {
+		t.Fatalf("List(operator) = %d records, %v; want alpha, fraud-review", len(list), err)
+	}
+	check("List(operator)[0]", &list[0])
+	rec, err := r.Get(ctx, "alpha")
+	if err != nil {
+		t.Fatalf("Get(alpha) = %v", err)
+	}
+	check("Get(alpha)", rec)
+	if list, err := r.List(ctx, "default"); err != nil || len(list) != 1 || list[0].AgentID != agent {
+		t.Errorf("List(default) = %d records, %v; want fraud-review only", len(list), err)
+	}
+	if _, err := r.Visible(ctx, "default", "alpha"); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Visible(alpha) = %v, want ErrAgentNotFound", err)
+	}
+	if _, err := r.Approve(ctx, "alpha", fixtureFingerprint); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Approve(alpha) = %v, want ErrAgentNotFound", err)
+	}
+	if _, err := r.Get(ctx, "stranger"); !errors.Is(err, ErrAgentNotFound) {
+		t.Errorf("Get(unconfigured) = %v, want ErrAgentNotFound", err)
+	}
+}
+
+// The card's NATS interface must address the agent it is registered under
+// (docs/nats-binding.md §3.3, url nats://host:port/a2a.agent.<agentId>). A
+// URL without a subject leaves the id to a2ad, which addresses the agent by
+// its configured id anyway.
+func TestCardNamingAnotherAgentIsNotDelegable(t *testing.T) {
+	nats := func(url string) map[string]any {
+		return map[string]any{"url": url, "protocolBinding": natsbind.BindingURI, "protocolVersion": "1.0"}
+	}
+	tests := []struct {
+		name   string
+		ifaces []any // nil: the fixture's, naming fraud-review
+		reason string
+	}{
+		{"the fraud-review card", nil, "card's NATS interface names agent fraud-review, not alpha"},
+		{"its own subject", []any{nats("nats://127.0.0.1:4222/a2a.agent.alpha")}, ""},
+		{"a subject under its own", []any{nats("nats://127.0.0.1:4222/a2a.agent.alpha.rpc")}, ""},
+		{"no subject", []any{nats("nats://127.0.0.1:4222")}, ""},
+		{"no subject, slash", []any{nats("nats://127.0.0.1:4222/")}, ""},
+		{"a second NATS entry naming another agent", []any{nats("nats://127.0.0.1:4222/a2a.agent.alpha"), nats("nats://10.0.0.9:4222/a2a.agent.fraud-review")},
+			"card's NATS interface names agent fraud-review, not alpha"},
+		{"an id that is no NATS token", []any{nats("nats://127.0.0.1:4222/a2a.agent.al%20pha")},
+			"card's NATS interface at /supportedInterfaces/0/url names another agent than alpha"},
+		{"an empty id", []any{nats("nats://127.0.0.1:4222/a2a.agent.")},
+			"card's NATS interface at /supportedInterfaces/0/url names another agent than alpha"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := newRegistry(t, AgentConfig{ID: "alpha", Tenants: []string{"default"}, TrustOnFirstUse: true})
+			ctx := t.Context()
+			raw := fixture(t)
+			if tt.ifaces != nil {
+				raw = edit(t, func(c map[string]any) { c["supportedInterfaces"] = tt.ifaces })
+			}
+			rec := register(t, r, "alpha", raw)
+			if rec.Status != StatusApproved || rec.Delegable != (tt.reason == "") || rec.NotDelegableReason != tt.reason {
+				t.Fatalf("Register = %s delegable %v reason %q; want approved, reason %q", rec.Status, rec.Delegable, rec.NotDelegableReason, tt.reason)
+			}
+			list, err := r.List(ctx, "default")
+			if err != nil || len(list) != 1 || list[0].NotDelegableReason != tt.reason {
+				t.Errorf("List = %d records, %v; want one, not delegable: %q", len(list), err, tt.reason)
+			}
+			_, _, err = r.ForDelegation(ctx, "default", "alpha", skill)
+			var nd *NotDelegableError
+			if tt.reason == "" && err != nil || tt.reason != "" && (!errors.As(err, &nd) || nd.Reason != tt.reason) {
+				t.Errorf("ForDelegation = %v, want reason %q", err, tt.reason)
+			}
+		})
 	}
 }

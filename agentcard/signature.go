@@ -32,6 +32,19 @@ const (
 	PayloadDefaultsKept PayloadForm = "defaults-kept"
 )
 
+// CardForm names the card a signature verified over. A card that
+// [Normalize] rewrote, a 0.3 card, was signed in its 0.3 shape, as its
+// agent sends it, unless its signer signed the A2A 1.0 form.
+type CardForm string
+
+const (
+	// SignedAsReceived: the card as the agent sent it.
+	SignedAsReceived CardForm = "as-received"
+	// SignedNormalized: the A2A 1.0 form of a 0.3 card, which the registry
+	// stores.
+	SignedNormalized CardForm = "normalized"
+)
+
 // Verified names the card signature that verified and what it signs.
 type Verified struct {
 	// Signature is the index of the signature in the card's signatures.

@@ -285,3 +285,125 @@ func TestVerifyPrefersTheSpecPayload(t *testing.T) {
 		t.Errorf("VerifySignatures = %d, %v", i, err)
 	}
 }
+
+// An approval stored before the configuration required a signature does not
+// survive the new configuration: the agent stays approved but is not
+// delegable, and the operator cannot approve the unsigned card again. The
+// card signed with the pinned key makes it delegable.
+func TestRequiredSignatureAppliesToStoredApprovals(t *testing.T) {
+	const reason = "a signature is required and the card's signatures do not verify with the pinned keys"
+	ctx := t.Context()
+	before := AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true}
+	r, js := newRegistry(t, before)
+	register(t, r, agent, fixture(t))
+
+	pinned, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	after := before
+	after.SigningKeys, after.RequireSignature = []string{pinKey(t, pinned)}, true
+	restarted, err := NewRegistry(ctx, js, []AgentConfig{after}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := restarted.Get(ctx, agent)
+	if err != nil || rec.Status != StatusApproved || rec.Delegable || rec.NotDelegableReason != reason || rec.SignatureVerified {
+		t.Fatalf("Get after require_signature = %s, %v; want approved, not delegable: %s", summary(rec), err, reason)
+	}
+	if list, err := restarted.List(ctx, "default"); err != nil || len(list) != 1 || list[0].Delegable || list[0].NotDelegableReason != reason {
+		t.Errorf("List = %d records, %v; want one, not delegable", len(list), err)
+	}
+	var nd *NotDelegableError
+	if _, _, err := restarted.ForDelegation(ctx, "default", agent, skill); !errors.As(err, &nd) || nd.Reason != reason {
+		t.Errorf("ForDelegation = %v, want *NotDelegableError: %s", err, reason)
+	}
+	if _, err := restarted.Approve(ctx, agent, fixtureFingerprint); !errors.Is(err, ErrSignature) {
+		t.Errorf("Approve(unsigned card) = %v, want ErrSignature", err)
+	}
+
+	// Same content, now signed: the fingerprint is the approved one, and
+	// the stored card carries the new signature.
+	signed := register(t, restarted, agent, signCard(t, fixture(t), pinned, nil))
+	if !signed.Delegable || !signed.SignatureVerified || signed.Fingerprint != fixtureFingerprint {
+		t.Fatalf("signed card = %s", summary(signed))
+	}
+	if got, err := restarted.Get(ctx, agent); err != nil || !got.Delegable || !got.SignatureVerified {
+		t.Errorf("Get after the signed card = %s, %v", summary(got), err)
+	}
+	// The first instance pins no key: nothing verified there, and
+	// nothing required.
+	if got, err := r.Get(ctx, agent); err != nil || !got.Delegable || got.SignatureVerified || got.SignaturePayload != "" {
+		t.Errorf("Get without pinned keys = %s, %v; want delegable, not verified", summary(got), err)
+	}
+}
+
+// SignatureVerified says whether the card verifies with the keys pinned
+// now, not with those pinned when it was registered.
+func TestSignatureVerifiedFollowsThePinnedKeys(t *testing.T) {
+	ctx := t.Context()
+	old, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	next, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cfg := AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true, SigningKeys: []string{pinKey(t, old)}}
+	r, js := newRegistry(t, cfg)
+	if rec := register(t, r, agent, signCard(t, fixture(t), old, nil)); !rec.SignatureVerified {
+		t.Fatalf("signed with the pinned key: %s", summary(rec))
+	}
+	cfg.SigningKeys = []string{pinKey(t, next)}
+	rotated, err := NewRegistry(ctx, js, []AgentConfig{cfg}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := rotated.Get(ctx, agent); err != nil || rec.SignatureVerified || rec.SignaturePayload != "" || !rec.Delegable {
+		t.Errorf("Get after key rotation = %s, %v; want not verified, still delegable", summary(rec), err)
+	}
+	cfg.RequireSignature = true
+	strict, err := NewRegistry(ctx, js, []AgentConfig{cfg}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := strict.Get(ctx, agent); err != nil || rec.Delegable {
+		t.Errorf("Get after key rotation, signature required = %s, %v; want not delegable", summary(rec), err)
+	}
+	if rec, err := r.Get(ctx, agent); err != nil || !rec.SignatureVerified || rec.SignaturePayload != PayloadDefaultsRemoved {
+		t.Errorf("Get with the old key = %s, %v", summary(rec), err)
+	}
+}
+
+// A 0.3 card is signed in its 0.3 shape: the registry verifies it as
+// received, before it normalises it to 1.0 (and after, for a signer that
+// signed the 1.0 form).
+func TestRegisterVerifiesA03CardAsReceived(t *testing.T) {
+	ctx := t.Context()
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true,
+		SigningKeys: []string{"../testdata/cards/fraud-review-signing-key.pem", pinKey(t, other)}, RequireSignature: true})
+	signed := readCard(t, "fraud-review-0.3-signed.json")
+	rec, err := r.Register(ctx, agent, signed)
+	if err != nil {
+		t.Fatalf("Register(signed 0.3 card) = %v", err)
+	}
+	// This card has no member at a 1.0 default: its two payload forms are one.
+	if !rec.SignatureVerified || rec.SignedForm != SignedAsReceived || rec.SignaturePayload != PayloadDefaultsRemoved || rec.Status != StatusApproved {
+		t.Errorf("signed 0.3 card: verified %v, %q over %q, %s", rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload, rec.Status)
+	}
+	if got, err := r.Get(ctx, agent); err != nil || !got.SignatureVerified || got.SignedForm != SignedAsReceived {
+		t.Errorf("Get = %s, %v; want verified as received when read", summary(got), err)
+	}
+	tampered := []byte(strings.Replace(string(signed), "Fraud Review Agent", "Fraud Review Agent v2", 1))
+	if _, err := r.Register(ctx, agent, tampered); !errors.Is(err, ErrSignature) {
+		t.Errorf("Register(tampered 0.3 card) = %v, want ErrSignature", err)
+	}
+	unsigned := readCard(t, "fraud-review-0.3.json")
+	normalized, err := Normalize(unsigned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := SigningPayload(normalized)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err = r.Register(ctx, agent, signOver(t, unsigned, payload, other, nil))
+	if err != nil || !rec.SignatureVerified || rec.SignedForm != SignedNormalized || rec.SignaturePayload != PayloadDefaultsRemoved {
+		t.Errorf("0.3 card signed over its 1.0 form: %s, %v", summary(rec), err)
+	} else if got, err := r.Get(ctx, agent); err != nil || got.SignedForm != SignedNormalized {
+		t.Errorf("Get = %s, %v; want verified over the normalized form when read", summary(got), err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -173,7 +174,10 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	fmt.Fprintf(tw, "Approved:\t%s\n", cmp.Or(a.ApprovedFingerprint, "-"))
 	fmt.Fprintf(tw, "Tenants:\t%v\n", a.Tenants)
 	if a.SignatureVerified {
-		fmt.Fprintf(tw, "Signature:\tverified with a pinned key, over the %s payload\n", a.SignaturePayload)
+		fmt.Fprintf(tw, "Signature:\tverified with a pinned key, over the %s payload of the card %s\n", a.SignaturePayload, cmp.Or(a.SignedForm, "as received"))
+	}
+	if r := a.LastRefusal; r != nil {
+		fmt.Fprintf(tw, "Last refused:\t%s (%s, %s)\n", r.Reason, r.Source, r.At.Format(time.RFC3339))
 	}
 	if len(a.Changes) > 0 {
 		fmt.Fprintf(tw, "Changed:\t%s (from the approved card; --json shows both)\n", strings.Join(a.Changes, ", "))
@@ -184,8 +188,17 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(a.Card) == 0 {
+		_, err := fmt.Fprintln(w, "Card:\t(none registered yet)")
+		return err
+	}
 	// The card is the agent's own text: shown as data, as it was registered.
-	_, err := fmt.Fprintf(w, "Card:\n%s\n", a.Card)
+	var card bytes.Buffer
+	if json.Indent(&card, a.Card, "", "  ") != nil {
+		card.Reset()
+		card.Write(a.Card)
+	}
+	_, err := fmt.Fprintf(w, "Card:\n%s\n", card.Bytes())
 	return err
 }
 

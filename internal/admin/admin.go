@@ -154,6 +154,8 @@ func agentAnswer(w http.ResponseWriter, rec *agentcard.Record, err error) {
 		writeErr(w, http.StatusNotFound, "agent_not_found", "no agent registered under that id")
 	case errors.Is(err, agentcard.ErrFingerprintMismatch):
 		writeErr(w, http.StatusConflict, "fingerprint_mismatch", err.Error())
+	case errors.Is(err, agentcard.ErrSignature):
+		writeErr(w, http.StatusConflict, "signature_required", err.Error())
 	case err != nil:
 		writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 	default:

@@ -517,6 +517,7 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 		switch {
 		case err != nil:
 			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
+			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 		case res.NotModified:
 			wait = time.Until(res.Next)
 		default:
@@ -524,6 +525,7 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
 			if err != nil {
 				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
+				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 				break
 			}
 			etag = res.ETag
