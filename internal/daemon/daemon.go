@@ -94,7 +94,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
 			VerifyAgent: d.verifyAgent,
-			AuthRefused: func(remote string, err error) { log.Warn("NATS connection refused", "remote", remote, "reason", err) }})
+			AuthRefused: newRefusalLog(log).refused})
 		if err != nil {
 			return nil, err
 		}
@@ -256,6 +256,41 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	ok = true
 	return d, nil
+}
+
+// refusalLog logs refused NATS connections, each reason at most once per
+// refusalLogEvery with the number suppressed since: an agent retrying every
+// second with a bad credential must not flood the log.
+type refusalLog struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last map[string]time.Time
+	held map[string]int
+}
+
+const refusalLogEvery = 30 * time.Second
+
+func newRefusalLog(log *slog.Logger) *refusalLog {
+	return &refusalLog{log: log, last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+func (l *refusalLog) refused(remote string, err error) {
+	reason := err.Error()
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last[reason]) < refusalLogEvery {
+		l.held[reason]++
+		l.mu.Unlock()
+		return
+	}
+	if len(l.last) > 1000 { // bounded: reasons are a2ad's own messages, but be safe
+		clear(l.last)
+		clear(l.held)
+	}
+	held := l.held[reason]
+	l.last[reason], l.held[reason] = now, 0
+	l.mu.Unlock()
+	l.log.Warn("NATS connection refused", "remote", remote, "reason", err, "similar_refusals_not_logged", held)
 }
 
 // DaemonPasswordPath is where the password of the embedded NATS server's
