@@ -3,8 +3,9 @@
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
 //	a2ad demo
 //	a2ad tasks list|get ID [--server URL] [--json] [--token T | --data-dir D]
-//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]
+//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
+//	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F]
 //
 // This file only parses flags and wires packages.
 package main
@@ -37,7 +38,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newToken())
+	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newToken(), newBench())
 	return root
 }
 

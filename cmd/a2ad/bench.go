@@ -1,0 +1,981 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// benchOptions are the flags of `a2ad bench`.
+type benchOptions struct {
+	Duration    time.Duration
+	Concurrency []int
+	OpenTasks   int
+	JSON        bool
+	CPUProfile  string
+}
+
+// Sizes and shapes of the bench's workloads.
+const (
+	benchPayloadBytes = 1024             // the raw NATS echo's request and reply
+	benchMaxWarmup    = time.Second      // warm-up before each latency measurement, at most
+	benchMaxValidate  = 2 * time.Second  // each artifact validation run, at most
+	benchTaskWriters  = 64               // concurrent Store.Create callers seeding open tasks
+	benchCallTimeout  = 30 * time.Second // one operation; a slower one is a failure
+	// benchCacheExpiry outlasts nats-server's file store block cache (10 s
+	// after last use), which holds recently written and read records.
+	benchCacheExpiry = 11 * time.Second
+)
+
+func newBench() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure delegation latency and throughput on this machine, against a raw NATS round trip and a trivial MCP call",
+		Long: "bench starts, in this process, a2ad with an embedded NATS server in a temporary directory, the reference " +
+			"fraud-review agent over loopback TCP with its credential, and MCP hosts (the go-sdk client over Streamable HTTP " +
+			"with a development token). At each concurrency it measures, for --duration after a warm-up: a raw NATS " +
+			"request-reply of 1 KB between two TCP connections to the embedded server; a no-op tool call through a second " +
+			"go-sdk server behind a2ad's own HTTP stack (token verification included); and a whole delegation (tools/call " +
+			"delegate with wait_seconds, to completed). Concurrency N is N hosts, each with its own token, MCP session and " +
+			"connection pool, calling in a loop. Then it measures artifact validations per second (one goroutine, then " +
+			"GOMAXPROCS) and the cost of holding --open-tasks open tasks: the time to create them, the time for a fresh " +
+			"task store to load and schedule them, and the heap they take, also once embedded NATS's block cache has " +
+			"expired. It prints p50, p99, throughput, CPU time and allocations per operation, the ratios of the delegation " +
+			"figures to the two floors, and the project's targets, met or missed. With the defaults a run takes under " +
+			"two minutes; progress goes to stderr.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Duration <= 0 {
+				return errors.New("bench: --duration must be positive")
+			}
+			if len(o.Concurrency) == 0 || slices.ContainsFunc(o.Concurrency, func(n int) bool { return n < 1 || n > 4096 }) {
+				return errors.New("bench: --concurrency must list numbers between 1 and 4096")
+			}
+			if o.OpenTasks < 1 {
+				return errors.New("bench: --open-tasks must be at least 1")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			rep, err := runBench(ctx, o, cmd.ErrOrStderr(), log)
+			if err != nil {
+				return err
+			}
+			if o.JSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return rep.print(cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "length of each latency measurement, after a warm-up of a fifth of it (at most 1s)")
+	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 64}, "concurrent hosts (callers) of each latency measurement")
+	f.IntVar(&o.OpenTasks, "open-tasks", 100_000, "open task records to create and load for the memory figures")
+	f.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first delegation measurement to `FILE`")
+	return cmd
+}
+
+// benchReport is what `a2ad bench` measured; --json prints it as is.
+// Latencies are microseconds, rates per second, sizes bytes.
+type benchReport struct {
+	GoVersion  string `json:"go_version"`
+	OSArch     string `json:"os_arch"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	NumCPU     int    `json:"num_cpu"`
+	CPUModel   string `json:"cpu_model"`
+	Race       bool   `json:"race"`
+	// LoadAverage is /proc/loadavg's 1, 5 and 15 minute figures at the
+	// start: other work on the machine skews every figure.
+	LoadAverage string `json:"load_average"`
+	Duration    string `json:"duration"`
+	Warmup      string `json:"warmup"`
+
+	NATS       []benchFigures `json:"nats_request_reply"`
+	Trivial    []benchFigures `json:"mcp_trivial_call"`
+	Delegation []benchFigures `json:"delegation"`
+	Ratios     []benchRatios  `json:"ratios"`
+
+	OpenTasks   benchOpenTasks `json:"open_tasks"`
+	Validations []benchRate    `json:"artifact_validations"`
+	Targets     []benchTarget  `json:"targets"`
+}
+
+// benchFigures is one latency measurement: Ops operations started in the
+// measured window, by Concurrency callers in a loop.
+type benchFigures struct {
+	Concurrency int     `json:"concurrency"`
+	Ops         int     `json:"ops"`
+	P50us       float64 `json:"p50_us"`
+	P99us       float64 `json:"p99_us"`
+	PerSecond   float64 `json:"per_second"`
+	// CPUusPerOp is the CPU time of the whole process (a2ad, embedded NATS,
+	// agent, hosts) per operation over the measured window: GOMAXPROCS
+	// cores sustain at most GOMAXPROCS·10⁶/CPUusPerOp operations per second.
+	CPUusPerOp float64 `json:"cpu_us_per_op"`
+	// AllocBytesPerOp is the heap allocated per operation, process-wide.
+	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
+}
+
+// benchRatios divide the delegation figures by the floors' at one
+// concurrency: the quotients of the reported (rounded) figures.
+type benchRatios struct {
+	Concurrency     int     `json:"concurrency"`
+	P50OverNATS     float64 `json:"p50_over_nats"`
+	P99OverNATS     float64 `json:"p99_over_nats"`
+	P50OverTrivial  float64 `json:"p50_over_trivial"`
+	P99OverTrivial  float64 `json:"p99_over_trivial"`
+	RateOverTrivial float64 `json:"throughput_over_trivial"`
+}
+
+// benchOpenTasks is the cost of holding open tasks: creating the records
+// (Store.Create, benchTaskWriters at a time), then a fresh task.Store
+// loading them and the broker scheduling their deadlines, as after a
+// restart. Heap figures are HeapInuse differences after a collection.
+// LoadedHeapBytes and SettledHeapBytes are what the process holds over the
+// empty server, embedded NATS included, right after the load and once the
+// server's block cache has let go of the records (benchCacheExpiry later);
+// TrackedHeapBytes is a2ad's own share: the loaded store and schedule,
+// settled heap with them minus settled heap without.
+type benchOpenTasks struct {
+	Tasks            int     `json:"tasks"`
+	CreateSeconds    float64 `json:"create_seconds"`
+	CreatesPerSecond float64 `json:"creates_per_second"`
+	LoadSeconds      float64 `json:"load_seconds"`
+	TrackedHeapBytes int64   `json:"tracked_heap_bytes"`
+	TrackedPerTask   float64 `json:"tracked_bytes_per_task"`
+	LoadedHeapBytes  int64   `json:"loaded_heap_bytes"`
+	LoadedPerTask    float64 `json:"loaded_bytes_per_task"`
+	SettledHeapBytes int64   `json:"settled_heap_bytes"`
+	SettledPerTask   float64 `json:"settled_bytes_per_task"`
+}
+
+// benchRate is artifact.Check calls per second on Goroutines goroutines;
+// ArtifactBytes is the artifact's JSON encoding.
+type benchRate struct {
+	Goroutines    int     `json:"goroutines"`
+	ArtifactBytes int     `json:"artifact_bytes"`
+	PerSecond     float64 `json:"per_second"`
+}
+
+// benchTarget is one of the project's targets and how the run fared:
+// MissedByPercent is how far past the limit (or short of it, for a
+// minimum) the figure is; 0 when met.
+type benchTarget struct {
+	Name            string  `json:"name"`
+	Limit           string  `json:"limit"`
+	Measured        float64 `json:"measured"`
+	Unit            string  `json:"unit"`
+	Met             bool    `json:"met"`
+	MissedByPercent float64 `json:"missed_by_percent"`
+}
+
+func runBench(ctx context.Context, o benchOptions, progress io.Writer, log *slog.Logger) (*benchReport, error) {
+	warmup := min(benchMaxWarmup, o.Duration/5)
+	rep := &benchReport{
+		GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), CPUModel: cpuModel(), Race: raceEnabled(),
+		LoadAverage: loadAverage(), Duration: o.Duration.String(), Warmup: warmup.String(),
+	}
+	dir, err := os.MkdirTemp("", "a2ad-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	if err := rep.roundTrips(ctx, o, warmup, filepath.Join(dir, "daemon"), progress, log); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(progress, "bench: artifact validations")
+	if rep.Validations, err = validationRates(ctx, min(benchMaxValidate, o.Duration)); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "bench: %d open tasks\n", o.OpenTasks)
+	if rep.OpenTasks, err = openTasks(ctx, filepath.Join(dir, "open-tasks"), o.OpenTasks); err != nil {
+		return nil, err
+	}
+	rep.derive()
+	return rep, nil
+}
+
+// roundTrips starts the daemon, the agent, the floors and the hosts, and
+// measures the three round trips at each concurrency, one after the other
+// so that they see the same machine. The first delegation measurement goes
+// to o.CPUProfile, if set.
+func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup time.Duration, dir string, progress io.Writer, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	env, err := startBenchEnv(ctx, dir, log)
+	if err != nil {
+		return err
+	}
+	defer env.stop()
+	for i, n := range o.Concurrency {
+		profile := ""
+		if i == 0 {
+			profile = o.CPUProfile
+		}
+		raw, trivial, del, err := env.level(ctx, n, warmup, o.Duration, profile, progress)
+		if err != nil {
+			return err
+		}
+		rep.NATS, rep.Trivial, rep.Delegation = append(rep.NATS, raw), append(rep.Trivial, trivial), append(rep.Delegation, del)
+	}
+	return nil
+}
+
+// level measures the three round trips with n hosts (n callers of the raw
+// NATS echo); profile, if set, receives a CPU profile of the delegations.
+func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, profile string, progress io.Writer) (raw, trivial, del benchFigures, err error) {
+	fmt.Fprintf(progress, "bench: concurrency %d: connecting %d hosts\n", n, n)
+	floorHosts, err := connectHosts(ctx, n, env.floorURL+"/mcp", env.floorToken)
+	if err != nil {
+		return raw, trivial, del, fmt.Errorf("bench: trivial MCP hosts: %w", err)
+	}
+	defer closeHosts(floorHosts)
+	hosts, err := connectHosts(ctx, n, env.d.HTTPURL+"/mcp", env.hostToken)
+	if err != nil {
+		return raw, trivial, del, fmt.Errorf("bench: a2ad hosts: %w", err)
+	}
+	defer closeHosts(hosts)
+	run := func(name string, op func(context.Context, int) error) (benchFigures, error) {
+		fmt.Fprintf(progress, "bench: concurrency %d: %s, %s\n", n, name, d)
+		return measure(ctx, n, warmup, d, op)
+	}
+	if raw, err = run("raw NATS request-reply", func(ctx context.Context, _ int) error { return env.echo(ctx) }); err != nil {
+		return raw, trivial, del, err
+	}
+	if trivial, err = run("trivial MCP tool call", func(ctx context.Context, w int) error { return noopOnce(ctx, floorHosts[w]) }); err != nil {
+		return raw, trivial, del, err
+	}
+	if profile != "" {
+		stop, err := startCPUProfile(profile)
+		if err != nil {
+			return raw, trivial, del, err
+		}
+		defer func() {
+			if perr := stop(); err == nil {
+				err = perr
+			}
+		}()
+	}
+	del, err = run("delegation", func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) })
+	return raw, trivial, del, err
+}
+
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// benchEnv is the in-process setup: a2ad with its embedded NATS, the
+// reference agent over loopback TCP, the raw NATS echo and the trivial MCP
+// server.
+type benchEnv struct {
+	d        *daemon.Daemon
+	dataDir  string
+	agentNC  *nats.Conn
+	agent    *refagent.Agent
+	echoReq  *nats.Conn // requester of the raw NATS round trip
+	echoResp *nats.Conn // responder
+	payload  []byte
+	floor    *http.Server
+	floorURL string
+	floorAud string
+	cases    atomic.Int64 // refund cases delegated so far: each gets its own case id and idempotency key
+	stopOnce sync.Once
+}
+
+// benchEchoSubject is the raw round trip's subject.
+const benchEchoSubject = "a2ad.bench.echo"
+
+func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benchEnv, err error) {
+	env = &benchEnv{dataDir: dir}
+	defer func() {
+		if err != nil {
+			env.stop()
+		}
+	}()
+	env.d, err = daemon.Start(ctx, daemon.Config{
+		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
+		}},
+	}, log, true)
+	if err != nil {
+		return env, err
+	}
+	cred, _, err := env.d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		return env, err
+	}
+	if env.agentNC, err = nats.Connect(env.d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...); err != nil {
+		return env, fmt.Errorf("bench: agent connection: %w", err)
+	}
+	if env.agent, err = refagent.New(env.agentNC, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred}); err != nil {
+		return env, err
+	}
+	if err := env.agent.Start(ctx); err != nil {
+		return env, err
+	}
+	if err := waitDelegable(ctx, env.d, "fraud-review"); err != nil {
+		return env, err
+	}
+
+	// The raw round trip: two TCP connections as the daemon's own user,
+	// as an operator's tool on this host would connect.
+	pw, err := os.ReadFile(daemon.DaemonPasswordPath(dir))
+	if err != nil {
+		return env, err
+	}
+	user := nats.UserInfo(embedded.DaemonUser, strings.TrimSpace(string(pw)))
+	if env.echoResp, err = nats.Connect(env.d.NATSURL, user, nats.Name("a2ad-bench-echo")); err != nil {
+		return env, fmt.Errorf("bench: NATS echo: %w", err)
+	}
+	if _, err := env.echoResp.Subscribe(benchEchoSubject, func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		return env, err
+	}
+	if err := env.echoResp.Flush(); err != nil {
+		return env, err
+	}
+	if env.echoReq, err = nats.Connect(env.d.NATSURL, user, nats.Name("a2ad-bench-requester")); err != nil {
+		return env, fmt.Errorf("bench: NATS requester: %w", err)
+	}
+	env.payload = make([]byte, benchPayloadBytes)
+	for i := range env.payload {
+		env.payload[i] = 'a' + byte(i%26)
+	}
+
+	// The trivial MCP call's server: a2ad's HTTP stack (the bearer check
+	// with the same development key, then the two-era handler) in front
+	// of a go-sdk server with one no-op tool.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return env, err
+	}
+	env.floorURL = "http://" + ln.Addr().String()
+	authn, err := mcpedge.NewAuthenticator(mcpedge.AuthConfig{}, dir, env.floorURL)
+	if err != nil {
+		ln.Close()
+		return env, err
+	}
+	env.floorAud = authn.Audience()
+	floor := mcp.NewServer(&mcp.Implementation{Name: "a2ad-bench-floor", Version: "1"}, &mcp.ServerOptions{Logger: log})
+	mcp.AddTool(floor, &mcp.Tool{Name: "noop", Description: "Does nothing."},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, struct{}, error) {
+			return nil, struct{}{}, nil
+		})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", authn.ProtectMCP(mcpedge.HTTPHandler(floor, log)))
+	env.floor = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = env.floor.Serve(ln) }()
+	return env, nil
+}
+
+func (env *benchEnv) stop() {
+	env.stopOnce.Do(func() {
+		if env.floor != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = env.floor.Shutdown(ctx)
+			cancel()
+		}
+		for _, nc := range []*nats.Conn{env.echoReq, env.echoResp} {
+			if nc != nil {
+				nc.Close()
+			}
+		}
+		if env.agent != nil {
+			env.agent.Stop()
+		}
+		if env.agentNC != nil {
+			env.agentNC.Close()
+		}
+		if env.d != nil {
+			env.d.Stop()
+		}
+	})
+}
+
+// hostToken is host i's token for a2ad; floorToken for the trivial server.
+func (env *benchEnv) hostToken(i int) (string, error) {
+	return mcpedge.MintDevToken(env.dataDir, env.d.Auth.Audience(), fmt.Sprintf("bench-host-%d", i), "default",
+		mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate, time.Hour)
+}
+
+func (env *benchEnv) floorToken(i int) (string, error) {
+	return mcpedge.MintDevToken(env.dataDir, env.floorAud, fmt.Sprintf("bench-host-%d", i), "default", mcpedge.ScopeRead, time.Hour)
+}
+
+func (env *benchEnv) echo(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, benchCallTimeout)
+	defer cancel()
+	m, err := env.echoReq.RequestWithContext(ctx, benchEchoSubject, env.payload)
+	if err != nil {
+		return fmt.Errorf("NATS request: %w", err)
+	}
+	if len(m.Data) != len(env.payload) {
+		return fmt.Errorf("NATS request: %d bytes back, want %d", len(m.Data), len(env.payload))
+	}
+	return nil
+}
+
+// connectHosts connects n MCP hosts to endpoint, each with its own token
+// (token(i)), session and connection pool, as n host processes would: one
+// pool for all would keep only http.DefaultTransport's two idle
+// connections and open a new one for most calls.
+func connectHosts(ctx context.Context, n int, endpoint string, token func(int) (string, error)) ([]*mcp.ClientSession, error) {
+	hosts := make([]*mcp.ClientSession, 0, n)
+	for i := range n {
+		tok, err := token(i)
+		if err != nil {
+			closeHosts(hosts)
+			return nil, err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		client := mcp.NewClient(&mcp.Implementation{Name: "a2ad-bench-host", Version: "1"}, nil)
+		s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
+			HTTPClient: &http.Client{Transport: bearerTransport{token: tok, next: tr}}}, nil)
+		if err != nil {
+			closeHosts(hosts)
+			return nil, err
+		}
+		hosts = append(hosts, s)
+	}
+	return hosts, nil
+}
+
+func closeHosts(hosts []*mcp.ClientSession) {
+	for _, s := range hosts {
+		_ = s.Close()
+	}
+}
+
+// bearerTransport is mcpedge.BearerClient's round tripper over a pool of
+// the host's own.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func noopOnce(ctx context.Context, s *mcp.ClientSession) error {
+	ctx, cancel := context.WithTimeout(ctx, benchCallTimeout)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "noop", Arguments: map[string]any{}})
+	if err != nil {
+		return fmt.Errorf("noop: %w", err)
+	}
+	if res.IsError {
+		return fmt.Errorf("noop: %s", resultText(res))
+	}
+	return nil
+}
+
+// delegateOnce delegates refund case C-<n> (below the manual review
+// threshold, so the agent completes it at once) with its own idempotency
+// key, and waits for completed.
+func delegateOnce(ctx context.Context, s *mcp.ClientSession, n int64) error {
+	ctx, cancel := context.WithTimeout(ctx, benchCallTimeout)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+		"agent": "fraud-review", "skill": "assess_refund_risk",
+		"objective": "Assess the fraud risk of this refund request and recommend a risk level.",
+		"evidence": map[string]any{"case_id": "C-" + strconv.FormatInt(n, 10), "amount_cents": 1999, "currency": "EUR",
+			"manual_review_above_cents": 50000, "customer_tenure_days": 900, "prior_refunds_90d": 0},
+		"constraints":     []string{"Do not contact the customer.", "Use only the evidence given."},
+		"output_schema":   "risk_assessment",
+		"budget":          map[string]any{"deadline_seconds": 120},
+		"idempotency_key": "bench-" + strconv.FormatInt(n, 10),
+		"wait_seconds":    20,
+	}})
+	if err != nil {
+		return fmt.Errorf("delegate: %w", err)
+	}
+	if res.IsError {
+		return fmt.Errorf("delegate: %s", resultText(res))
+	}
+	out, _ := res.StructuredContent.(map[string]any)
+	if out["state"] != string(task.Completed) {
+		return fmt.Errorf("delegate: task %v ended %v (%v), want completed", out["task_id"], out["state"], out["reason"])
+	}
+	return nil
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var msg []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			msg = append(msg, t.Text)
+		}
+	}
+	return strings.Join(msg, "; ")
+}
+
+// measure runs op on each of workers callers in a loop: for warmup, then
+// for d, and on until each caller has completed one operation started
+// after the warm-up (an operation slower than d still counts). Those
+// operations give the figures; throughput is their number over the time
+// from the warm-up's end to the last one's end. The first error stops
+// every caller and is returned.
+func measure(parent context.Context, workers int, warmup, d time.Duration, op func(ctx context.Context, worker int) error) (benchFigures, error) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	start := time.Now().Add(warmup)
+	end := start.Add(d)
+	lat := make([][]time.Duration, workers)
+	last := make([]time.Time, workers)
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	var cpu0 time.Duration
+	var alloc0 uint64
+	wg.Go(func() {
+		select {
+		case <-time.After(time.Until(start)):
+			cpu0, alloc0 = processCPU(), totalAlloc()
+		case <-ctx.Done():
+		}
+	})
+	for w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if !t0.Before(end) && len(lat[w]) > 0 {
+					return
+				}
+				if err := op(ctx, w); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					cancel()
+					return
+				}
+				if t1 := time.Now(); !t0.Before(start) {
+					lat[w] = append(lat[w], t1.Sub(t0))
+					last[w] = t1
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cpu, alloc := processCPU()-cpu0, totalAlloc()-alloc0
+	if err := parent.Err(); err != nil {
+		return benchFigures{}, err
+	}
+	if firstErr != nil {
+		return benchFigures{}, firstErr
+	}
+	// Every caller completed at least one operation after start.
+	all := slices.Concat(lat...)
+	finish := slices.MaxFunc(last, func(a, b time.Time) int { return a.Compare(b) })
+	slices.Sort(all)
+	return benchFigures{
+		Concurrency: workers, Ops: len(all),
+		P50us: micros(percentile(all, 0.50)), P99us: micros(percentile(all, 0.99)),
+		PerSecond:  round(float64(len(all))/finish.Sub(start).Seconds(), 1),
+		CPUusPerOp: micros(cpu / time.Duration(len(all))), AllocBytesPerOp: round(float64(alloc)/float64(len(all)), 0),
+	}, nil
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// totalAlloc is runtime.MemStats.TotalAlloc: bytes ever allocated on the heap.
+func totalAlloc() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.TotalAlloc
+}
+
+// percentile is the nearest-rank q-quantile of sorted.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func micros(d time.Duration) float64 { return round(float64(d)/float64(time.Microsecond), 1) }
+
+func round(x float64, decimals int) float64 {
+	p := math.Pow10(decimals)
+	return math.Round(x*p) / p
+}
+
+// benchArtifact is a risk assessment as the reference agent returns it.
+var benchArtifact = a2a.Artifact{ArtifactID: "risk-assessment", Name: "risk_assessment", Parts: []a2a.Part{a2a.DataPart(json.RawMessage(
+	`{"case_id":"C-7","risk_level":"low","score":0.1,"reasons":["no risk signals in the evidence"],"policy_version":"` + refagent.PolicyVersion + `"}`))}}
+
+// validationRates measures artifact.Check of benchArtifact against the
+// built-in risk_assessment schema for d, on one goroutine and then on
+// GOMAXPROCS.
+func validationRates(ctx context.Context, d time.Duration) ([]benchRate, error) {
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		return nil, err
+	}
+	schema, err := reg.Get("risk_assessment")
+	if err != nil {
+		return nil, err
+	}
+	if v := artifact.Check(schema, benchArtifact); !v.Valid {
+		return nil, fmt.Errorf("bench: the sample artifact is not valid: %+v", v.Violations)
+	}
+	encoded, err := json.Marshal(benchArtifact)
+	if err != nil {
+		return nil, err
+	}
+	var rates []benchRate
+	for _, g := range slices.Compact([]int{1, runtime.GOMAXPROCS(0)}) {
+		var n atomic.Int64
+		start := time.Now()
+		end := start.Add(d)
+		var wg sync.WaitGroup
+		for range g {
+			wg.Go(func() {
+				k := int64(0)
+				for ctx.Err() == nil && time.Now().Before(end) {
+					artifact.Check(schema, benchArtifact)
+					k++
+				}
+				n.Add(k)
+			})
+		}
+		wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rates = append(rates, benchRate{Goroutines: g, ArtifactBytes: len(encoded), PerSecond: round(float64(n.Load())/time.Since(start).Seconds(), 1)})
+	}
+	return rates, nil
+}
+
+// openTasks stores n open (submitted) task records through task.Store on a
+// fresh embedded NATS server in dir, then loads them into a second Store
+// whose changes feed a broker's schedule, as a restarted daemon does.
+func openTasks(ctx context.Context, dir string, n int) (benchOpenTasks, error) {
+	out := benchOpenTasks{Tasks: n}
+	ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(dir, "jetstream"), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}()
+	nc, err := nats.Connect("", nats.InProcessServer(ns), nats.Name("a2ad-bench-tasks"))
+	if err != nil {
+		return out, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return out, err
+	}
+	writerCtx, stopWriter := context.WithCancel(ctx)
+	defer stopWriter()
+	writer, err := task.NewStore(writerCtx, js, 1, nil)
+	if err != nil {
+		return out, err
+	}
+	empty := heapInuse()
+
+	now := time.Now().UTC()
+	var next atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range min(benchTaskWriters, n) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				if err := writer.Create(ctx, openTaskRecord(i, now)); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		return out, firstErr
+	}
+	created := time.Since(start)
+	out.CreateSeconds = round(created.Seconds(), 3)
+	out.CreatesPerSecond = round(float64(n)/created.Seconds(), 1)
+	// The writer's watcher holds its own map of the open tasks until its
+	// context ends: let it catch up and stop it. The baseline waits for
+	// the server's block cache to let go of the records just written.
+	for deadline := time.Now().Add(time.Minute); writer.Open() != n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return out, fmt.Errorf("bench: the store's watcher saw %d of the %d tasks created", writer.Open(), n)
+		}
+	}
+	stopWriter()
+	if err := sleepCtx(ctx, benchCacheExpiry); err != nil {
+		return out, err
+	}
+	before := heapInuse()
+
+	svc := &broker.Service{}
+	readerCtx, stopReader := context.WithCancel(ctx)
+	defer stopReader()
+	start = time.Now()
+	reader, err := task.NewStore(readerCtx, js, 1, svc.Track)
+	if err != nil {
+		return out, err
+	}
+	select {
+	case <-reader.Loaded():
+	case <-ctx.Done():
+		return out, ctx.Err()
+	}
+	out.LoadSeconds = round(time.Since(start).Seconds(), 3)
+	if reader.Open() != n || svc.Scheduled() != n {
+		return out, fmt.Errorf("bench: loaded %d open tasks with %d scheduled, want %d", reader.Open(), svc.Scheduled(), n)
+	}
+	loaded := heapInuse()
+	if err := sleepCtx(ctx, benchCacheExpiry); err != nil {
+		return out, err
+	}
+	settled := heapInuse()
+	runtime.KeepAlive(reader)
+	runtime.KeepAlive(svc)
+	perTask := func(b int64) float64 { return round(float64(b)/float64(n), 1) }
+	out.TrackedHeapBytes, out.TrackedPerTask = settled-before, perTask(settled-before)
+	out.LoadedHeapBytes, out.LoadedPerTask = loaded-empty, perTask(loaded-empty)
+	out.SettledHeapBytes, out.SettledPerTask = settled-empty, perTask(settled-empty)
+	return out, nil
+}
+
+// sleepCtx sleeps for d, or returns ctx's error if it ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// openTaskRecord is task i as a delegation leaves it once the agent has the
+// brief: submitted, deadline in an hour, one transition.
+func openTaskRecord(i int64, now time.Time) *task.Record {
+	return &task.Record{ID: fmt.Sprintf("tsk-bench%015d", i), Tenant: "default", Subject: "bench-host", AgentID: "fraud-review",
+		Skill: "assess_refund_risk", AgentTaskID: fmt.Sprintf("fr-%d", i), BriefDigest: "sha256:" + strings.Repeat("0", 64),
+		OutputSchema: "risk_assessment", SchemaDigest: "sha256:" + strings.Repeat("1", 64), State: task.Submitted, Turns: 1,
+		Deadline: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now,
+		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: "bench-host"}}}
+}
+
+// heapInuse is runtime.MemStats.HeapInuse after two collections.
+func heapInuse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// derive fills the ratios and the targets from the figures.
+func (rep *benchReport) derive() {
+	at := func(figs []benchFigures, n int) (benchFigures, bool) {
+		i := slices.IndexFunc(figs, func(f benchFigures) bool { return f.Concurrency == n })
+		if i < 0 {
+			return benchFigures{}, false
+		}
+		return figs[i], true
+	}
+	for _, del := range rep.Delegation {
+		raw, ok1 := at(rep.NATS, del.Concurrency)
+		tr, ok2 := at(rep.Trivial, del.Concurrency)
+		if !ok1 || !ok2 {
+			continue
+		}
+		rep.Ratios = append(rep.Ratios, benchRatios{Concurrency: del.Concurrency,
+			P50OverNATS: del.P50us / raw.P50us, P99OverNATS: del.P99us / raw.P99us,
+			P50OverTrivial: del.P50us / tr.P50us, P99OverTrivial: del.P99us / tr.P99us,
+			RateOverTrivial: del.PerSecond / tr.PerSecond})
+	}
+	upTo := func(name, limit string, measured, max float64, unit string) benchTarget {
+		t := benchTarget{Name: name, Limit: limit, Measured: measured, Unit: unit, Met: measured <= max}
+		if !t.Met {
+			t.MissedByPercent = round((measured/max-1)*100, 1)
+		}
+		return t
+	}
+	if d, ok := at(rep.Delegation, 1); ok {
+		rep.Targets = append(rep.Targets,
+			upTo("delegation p50 at concurrency 1", "under 1 ms", d.P50us, 1000, "µs"),
+			upTo("delegation p99 at concurrency 1", "under 5 ms", d.P99us, 5000, "µs"))
+	}
+	if d, ok := at(rep.Delegation, 64); ok {
+		t := benchTarget{Name: "delegations per second at concurrency 64", Limit: "at least 3000", Measured: d.PerSecond, Unit: "/s",
+			Met: d.PerSecond >= 3000}
+		if !t.Met {
+			t.MissedByPercent = round((1-d.PerSecond/3000)*100, 1)
+		}
+		rep.Targets = append(rep.Targets, t)
+	}
+	if i := slices.IndexFunc(rep.Ratios, func(r benchRatios) bool { return r.Concurrency == 1 }); i >= 0 {
+		r := rep.Ratios[i]
+		rep.Targets = append(rep.Targets,
+			upTo("delegation p50 / raw NATS p50 at concurrency 1", "at most 8×", round(r.P50OverNATS, 2), 8, "×"),
+			upTo("delegation p50 / trivial MCP call p50 at concurrency 1", "at most 3×", round(r.P50OverTrivial, 2), 3, "×"))
+	}
+}
+
+// print writes the report as tables.
+func (rep *benchReport) print(w io.Writer) error {
+	race := "off"
+	if rep.Race {
+		race = "ON (figures are not representative)"
+	}
+	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, load average %s\n",
+		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.LoadAverage)
+	fmt.Fprintf(w, "each latency measurement: %s after a %s warm-up; concurrency N = N hosts, each its own token, session and connections\n\n",
+		rep.Duration, rep.Warmup)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round trip\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\t")
+	for _, s := range []struct {
+		name string
+		figs []benchFigures
+	}{{"raw NATS request-reply, 1 KB, TCP", rep.NATS}, {"trivial MCP tool call", rep.Trivial}, {"delegation to completed", rep.Delegation}} {
+		for _, f := range s.figs {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", s.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
+				f.CPUusPerOp, f.AllocBytesPerOp/1024)
+		}
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "delegation ÷ floor\tconcurrency\tp50\tp99\tper second\t\t\t\t")
+	for _, r := range rep.Ratios {
+		fmt.Fprintf(tw, "÷ raw NATS\t%d\t%.2f×\t%.2f×\t\t\t\t\t\n", r.Concurrency, r.P50OverNATS, r.P99OverNATS)
+		fmt.Fprintf(tw, "÷ trivial MCP call\t%d\t%.2f×\t%.2f×\t%.2f×\t\t\t\t\n", r.Concurrency, r.P50OverTrivial, r.P99OverTrivial, r.RateOverTrivial)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	ot := rep.OpenTasks
+	fmt.Fprintf(w, "\n%d open tasks: created in %.2f s (%.0f/s, %d concurrent Store.Create); a fresh store loaded and scheduled them in %.2f s\n",
+		ot.Tasks, ot.CreateSeconds, ot.CreatesPerSecond, benchTaskWriters, ot.LoadSeconds)
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	fmt.Fprintf(w, "heap in use: a2ad's share (store and schedule) %+.1f MiB (%.0f B/task); over the empty server, embedded NATS included, "+
+		"%+.1f MiB right after the load (%.0f B/task) and %+.1f MiB once NATS's block cache let go (%.0f B/task)\n",
+		mib(ot.TrackedHeapBytes), ot.TrackedPerTask, mib(ot.LoadedHeapBytes), ot.LoadedPerTask, mib(ot.SettledHeapBytes), ot.SettledPerTask)
+	for _, v := range rep.Validations {
+		fmt.Fprintf(w, "artifact validations (risk_assessment, %d B), %d goroutine(s): %.0f/s\n", v.ArtifactBytes, v.Goroutines, v.PerSecond)
+	}
+	fmt.Fprintln(w, "\ntargets")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, t := range rep.Targets {
+		verdict := "met"
+		if !t.Met {
+			verdict = fmt.Sprintf("MISSED by %.0f%%", t.MissedByPercent)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s %s\t%s\n", t.Name, t.Limit, strconv.FormatFloat(t.Measured, 'f', -1, 64), t.Unit, verdict)
+	}
+	return tw.Flush()
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or GOARCH.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// loadAverage is /proc/loadavg's first three fields, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+// raceEnabled reports whether this binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestBenchReportsEveryFigure runs `a2ad bench` briefly and checks that the
+// report holds every figure the benchmark doc quotes, each measured, and
+// that ratios and targets are derived from the reported figures. Timings
+// themselves are not asserted. 20,000 open tasks take a few MiB, well
+// above the heap's noise (a few hundred KiB).
+func TestBenchReportsEveryFigure(t *testing.T) {
+	const openTasks = 20_000
+	cmd := exec.Command(bin, "bench", "--duration", "300ms", "--concurrency", "1,64", "--open-tasks", strconv.Itoa(openTasks), "--json")
+	cmd.Dir = t.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("a2ad bench: %v\n%s", err, stderr.Bytes())
+	}
+	var rep benchReport
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+
+	if rep.GoVersion != runtime.Version() || rep.GOMAXPROCS < 1 || rep.NumCPU < 1 || rep.CPUModel == "" || rep.LoadAverage == "" {
+		t.Errorf("environment: go %q, GOMAXPROCS %d, CPUs %d, CPU %q, load %q", rep.GoVersion, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, rep.LoadAverage)
+	}
+	if wantRace := os.Getenv("A2AD_TEST_RACE") != "0"; rep.Race != wantRace {
+		t.Errorf("race = %v, want %v (TestMain's build)", rep.Race, wantRace)
+	}
+	figs := map[string][]benchFigures{"nats_request_reply": rep.NATS, "mcp_trivial_call": rep.Trivial, "delegation": rep.Delegation}
+	for name, fs := range figs {
+		var conc []int
+		for _, f := range fs {
+			conc = append(conc, f.Concurrency)
+			if f.Ops <= 0 || f.P50us <= 0 || f.P99us < f.P50us || f.PerSecond <= 0 || f.CPUusPerOp <= 0 || f.AllocBytesPerOp <= 0 {
+				t.Errorf("%s at concurrency %d: %+v, want every figure > 0 and p99 ≥ p50", name, f.Concurrency, f)
+			}
+		}
+		if !slices.Equal(conc, []int{1, 64}) {
+			t.Errorf("%s measured at concurrency %v, want [1 64]", name, conc)
+		}
+	}
+
+	if len(rep.Ratios) != 2 {
+		t.Fatalf("ratios: %+v, want one per concurrency", rep.Ratios)
+	}
+	for i, r := range rep.Ratios {
+		del, raw, tr := rep.Delegation[i], rep.NATS[i], rep.Trivial[i]
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"p50 / raw NATS", r.P50OverNATS, del.P50us / raw.P50us},
+			{"p99 / raw NATS", r.P99OverNATS, del.P99us / raw.P99us},
+			{"p50 / trivial call", r.P50OverTrivial, del.P50us / tr.P50us},
+			{"p99 / trivial call", r.P99OverTrivial, del.P99us / tr.P99us},
+			{"throughput / trivial call", r.RateOverTrivial, del.PerSecond / tr.PerSecond},
+		} {
+			if r.Concurrency != del.Concurrency || !nearlyEqual(c.got, c.want) || c.got <= 0 {
+				t.Errorf("ratio %s at concurrency %d = %v, want %v", c.name, r.Concurrency, c.got, c.want)
+			}
+		}
+	}
+
+	ot := rep.OpenTasks
+	if ot.Tasks != openTasks || ot.CreateSeconds <= 0 || ot.CreatesPerSecond <= 0 || ot.LoadSeconds <= 0 ||
+		ot.TrackedHeapBytes <= 0 || ot.TrackedPerTask <= 0 || ot.LoadedHeapBytes <= 0 || ot.LoadedPerTask <= 0 ||
+		ot.SettledHeapBytes <= 0 || ot.SettledPerTask <= 0 {
+		t.Errorf("open tasks: %+v, want %d and every figure > 0", ot, openTasks)
+	}
+	var gs []int
+	for _, v := range rep.Validations {
+		gs = append(gs, v.Goroutines)
+		if v.PerSecond <= 0 || v.ArtifactBytes <= 0 {
+			t.Errorf("validations on %d goroutines: %+v", v.Goroutines, v)
+		}
+	}
+	if want := slices.Compact([]int{1, rep.GOMAXPROCS}); !slices.Equal(gs, want) {
+		t.Errorf("validations on %v goroutines, want %v", gs, want)
+	}
+
+	del1, del64 := rep.Delegation[0], rep.Delegation[1]
+	wantTargets := []struct {
+		name     string
+		measured float64
+		limit    float64
+		atLeast  bool
+	}{
+		{"delegation p50 at concurrency 1", del1.P50us, 1000, false},
+		{"delegation p99 at concurrency 1", del1.P99us, 5000, false},
+		{"delegations per second at concurrency 64", del64.PerSecond, 3000, true},
+		{"delegation p50 / raw NATS p50 at concurrency 1", round(rep.Ratios[0].P50OverNATS, 2), 8, false},
+		{"delegation p50 / trivial MCP call p50 at concurrency 1", round(rep.Ratios[0].P50OverTrivial, 2), 3, false},
+	}
+	if len(rep.Targets) != len(wantTargets) {
+		t.Fatalf("targets: %+v, want %d", rep.Targets, len(wantTargets))
+	}
+	for i, w := range wantTargets {
+		got := rep.Targets[i]
+		met := w.measured <= w.limit
+		if w.atLeast {
+			met = w.measured >= w.limit
+		}
+		if got.Name != w.name || got.Measured != w.measured || got.Met != met || (got.MissedByPercent == 0) != met {
+			t.Errorf("target %d = %+v, want %q measured %v, met %v (missed_by_percent > 0 exactly when missed)", i, got, w.name, w.measured, met)
+		}
+	}
+}
+
+func nearlyEqual(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
