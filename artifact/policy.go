@@ -332,15 +332,18 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 		c.violate(prefix+"/data", "json")
 		return
 	}
-	if ptr, dup := duplicateMember(part.Data); dup {
-		// Go keeps the last of duplicate members, other readers the first:
-		// what a host reads could be what was never validated.
-		c.violate(prefix+"/data"+ptr, "duplicate_member")
-		return
-	}
 	root, err := decodeUseNumber(part.Data)
 	if err != nil {
 		c.violate(prefix+"/data", "json")
+		return
+	}
+	// Go keeps the last of duplicate members, other readers the first: what
+	// a host reads could be what was never validated. Decoding collapsed
+	// any duplicates, so fewer members in the tree than in the text means
+	// there were some (the cheap test); then find where.
+	if textMembers(part.Data) != treeMembers(root) {
+		ptr, _ := duplicateMember(part.Data)
+		c.violate(prefix+"/data"+ptr, "duplicate_member")
 		return
 	}
 	for _, v := range s.validateRoot(root) {
@@ -349,6 +352,50 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 	for _, f := range untrusted.Walk(root, s.declares) {
 		c.ws = append(c.ws, Warning{Pointer: prefix + "/data" + f.Pointer, Kind: f.Kind})
 	}
+}
+
+// textMembers counts the object members of valid JSON text b: one ':'
+// outside strings each.
+func textMembers(b []byte) int {
+	n := 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ':':
+			n++
+		}
+	}
+	return n
+}
+
+// treeMembers counts the object members of a decoded JSON value.
+func treeMembers(v any) int {
+	switch t := v.(type) {
+	case map[string]any:
+		n := len(t)
+		for _, c := range t {
+			n += treeMembers(c)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, c := range t {
+			n += treeMembers(c)
+		}
+		return n
+	}
+	return 0
 }
 
 // duplicateMember reports whether valid JSON text b has an object with two
