@@ -9,6 +9,7 @@ package mcpedge
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/brief"
+	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
@@ -253,7 +255,7 @@ type PartOutput struct {
 	Kind      string `json:"kind" jsonschema:"data, text, raw or url (text, raw and url only where the operator allows them)"`
 	Data      any    `json:"data,omitempty"`
 	Text      string `json:"text,omitempty"`
-	Raw       []byte `json:"raw,omitempty" jsonschema:"base64 bytes"`
+	Raw       string `json:"raw,omitempty" jsonschema:"the raw part's bytes, standard base64 (RFC 4648 §4)"`
 	URL       string `json:"url,omitempty" jsonschema:"an https URL a2ad never fetched: untrusted"`
 	MediaType string `json:"media_type,omitempty"`
 }
@@ -270,13 +272,13 @@ func view(r *task.Record, timedOut bool) TaskOutput {
 			for _, p := range a.Parts {
 				switch p.Kind() {
 				case "data":
-					var v any
-					_ = json.Unmarshal(p.Data, &v)
-					ao.Parts = append(ao.Parts, PartOutput{Kind: "data", Data: v, MediaType: baseMediaType(p.MediaType)})
+					// The bytes validated, as they are: decoding to any and
+					// encoding again would change numbers (1e400, 2^53+1).
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "data", Data: p.Data, MediaType: baseMediaType(p.MediaType)})
 				case "text":
 					ao.Parts = append(ao.Parts, PartOutput{Kind: "text", Text: *p.Text, MediaType: baseMediaType(p.MediaType)})
 				case "raw":
-					ao.Parts = append(ao.Parts, PartOutput{Kind: "raw", Raw: p.Raw, MediaType: baseMediaType(p.MediaType)})
+					ao.Parts = append(ao.Parts, PartOutput{Kind: "raw", Raw: base64.StdEncoding.EncodeToString(p.Raw), MediaType: baseMediaType(p.MediaType)})
 				case "url":
 					ao.Parts = append(ao.Parts, PartOutput{Kind: "url", URL: *p.URL, MediaType: baseMediaType(p.MediaType)})
 				}
@@ -454,8 +456,13 @@ func toolError(err error) error {
 	var nd *agentcard.NotDelegableError
 	var be *brief.Error
 	var ee *broker.EvidenceError
+	var re *a2a.RPCError
 	code := "internal_error"
 	switch {
+	case errors.As(err, &re):
+		code = "agent_refused" // the error names the JSON-RPC code only, never the agent's message
+	case errors.Is(err, a2a.ErrDecode):
+		code = "agent_protocol_error"
 	case errors.Is(err, agentcard.ErrAgentNotFound):
 		code = "agent_not_found"
 	case errors.As(err, &nd):

@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 )
 
 // Version is the A2A protocol version this binding speaks; it is sent in the
@@ -58,7 +60,7 @@ func (s *TaskState) UnmarshalJSON(b []byte) error {
 		*s = TaskState(v)
 		return nil
 	}
-	return fmt.Errorf("%w: unknown task state %q (A2A 1.0 spells states TASK_STATE_*)", ErrDecode, truncate(v, 40))
+	return fmt.Errorf("%w: unknown task state (A2A 1.0 spells states TASK_STATE_*)", ErrDecode)
 }
 
 // Role is the sender of a message: ROLE_USER (the client, here a2ad) or
@@ -78,7 +80,7 @@ func (r *Role) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("%w: role must be a string", ErrDecode)
 	}
 	if Role(v) != RoleUser && Role(v) != RoleAgent {
-		return fmt.Errorf("%w: unknown role %q (A2A 1.0 spells roles ROLE_*)", ErrDecode, truncate(v, 40))
+		return fmt.Errorf("%w: unknown role (A2A 1.0 spells roles ROLE_*)", ErrDecode)
 	}
 	*r = Role(v)
 	return nil
@@ -198,7 +200,7 @@ func (a *Artifact) validate() error {
 		return fmt.Errorf("%w: artifact without artifactId", ErrDecode)
 	}
 	if len(a.Parts) == 0 {
-		return fmt.Errorf("%w: artifact %q has no parts", ErrDecode, truncate(a.ArtifactID, 64))
+		return fmt.Errorf("%w: an artifact has no parts", ErrDecode)
 	}
 	for _, p := range a.Parts {
 		if err := p.validate(); err != nil {
@@ -376,6 +378,25 @@ func DecodeTask(b []byte) (*Task, error) {
 	return &t, nil
 }
 
+// describeJSONError says what encoding/json refused in a2ad's own words:
+// its messages quote the payload (an unknown field's name, a value), which
+// is agent text and must not reach logs, task reasons or hosts.
+func describeJSONError(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
+	case errors.As(err, &te):
+		return "a member has the wrong JSON type" // te.Field is a Go path the agent chose
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return "an unknown member (A2A 1.0 objects are closed)"
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return "truncated JSON"
+	}
+	return "not a valid A2A 1.0 payload"
+}
+
 func strictUnmarshal(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -383,17 +404,10 @@ func strictUnmarshal(b []byte, v any) error {
 		if errors.Is(err, ErrDecode) {
 			return err
 		}
-		return fmt.Errorf("%w: %s", ErrDecode, truncate(err.Error(), 160))
+		return fmt.Errorf("%w: %s", ErrDecode, describeJSONError(err))
 	}
 	if dec.More() {
 		return fmt.Errorf("%w: trailing data after JSON value", ErrDecode)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

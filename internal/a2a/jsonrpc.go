@@ -46,8 +46,45 @@ type RPCError struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
+// CodeName is the A2A 1.0 / JSON-RPC 2.0 name of an error code, "" if it
+// has none (A2A 1.0 §9.5).
+func CodeName(code int) string {
+	switch code {
+	case CodeParseError:
+		return "parse error"
+	case CodeInvalidRequest:
+		return "invalid request"
+	case CodeMethodNotFound:
+		return "method not found"
+	case CodeInvalidParams:
+		return "invalid params"
+	case CodeInternalError:
+		return "internal error"
+	case CodeTaskNotFound:
+		return "task not found"
+	case CodeTaskNotCancelable:
+		return "task not cancelable"
+	case CodePushNotificationNotSupported:
+		return "push notification not supported"
+	case CodeUnsupportedOperation:
+		return "unsupported operation"
+	case CodeContentTypeNotSupported:
+		return "content type not supported"
+	case CodeInvalidAgentResponse:
+		return "invalid agent response"
+	case CodeVersionNotSupported:
+		return "version not supported"
+	}
+	return ""
+}
+
+// Error names the code only: Message and Data are the agent's text, which
+// must not reach logs, task reasons or hosts through an error string.
 func (e *RPCError) Error() string {
-	return fmt.Sprintf("a2a: JSON-RPC error %d: %s", e.Code, e.Message)
+	if name := CodeName(e.Code); name != "" {
+		return fmt.Sprintf("a2a: JSON-RPC error %d (%s)", e.Code, name)
+	}
+	return fmt.Sprintf("a2a: JSON-RPC error %d", e.Code)
 }
 
 // NewRequest builds a request envelope with params marshalled to JSON.
