@@ -9,6 +9,8 @@ func TestDuplicateMember(t *testing.T) {
 		`[{"x":1},{"y":1,"y":2}]`:                 "/1",
 		`[[0],[1,{"k":[],"k":{}}]]`:               "/1/1",
 		`{"a":[{"b":1}],"c":{"d":{"e":1,"e":1}}}`: "",
+		`{"items":[{"sku":"a","sku":"b"}]}`:       "",
+		`[{"items":[[{"k":1,"k":2}]]}]`:           "/0",
 	} {
 		got, ok := duplicateMember([]byte(doc))
 		if !ok || got != want {

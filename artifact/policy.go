@@ -170,6 +170,9 @@ func CheckPolicy(s *Schema, a a2a.Artifact, p Policy) Verdict {
 	if !safeID(id) {
 		id = ""
 		c.violate("/artifactId", "pattern")
+	} else {
+		// A safe id is still agent text a host sees ("SYSTEM_you_are_now…").
+		c.scan("/artifactId", strings.NewReplacer("-", " ", "_", " ", ".", " ").Replace(id))
 	}
 	if len(c.vs) > 0 {
 		c.vs = sortViolations(c.vs)
@@ -409,7 +412,8 @@ func duplicateMember(b []byte) (string, bool) {
 		names  map[string]bool // nil for an array
 		index  int             // next array index
 		expect bool            // object: the next string token is a name
-		ptr    string          // "" once under a member: pointers stop there
+		ptr    string          // where duplicates inside are reported
+		fixed  bool            // under an object member: pointers stop growing
 	}
 	var stack []*frame
 	for {
@@ -435,21 +439,25 @@ func duplicateMember(b []byte) (string, bool) {
 			continue
 		}
 		// A value (or the end of an array).
-		childPtr := ""
+		childPtr, fixed := "", false
 		if top != nil {
-			if top.names == nil {
+			switch {
+			case top.names != nil: // under a member: names are not echoed
+				childPtr, fixed = top.ptr, true
+				top.expect = true
+			case top.fixed:
+				childPtr, fixed = top.ptr, true
+				top.index++
+			default:
 				childPtr = top.ptr + "/" + strconv.Itoa(top.index)
 				top.index++
-			} else {
-				childPtr = top.ptr // under a member: names are not echoed
-				top.expect = true
 			}
 		}
 		switch d, _ := tok.(json.Delim); d {
 		case '{':
-			stack = append(stack, &frame{names: map[string]bool{}, expect: true, ptr: childPtr})
+			stack = append(stack, &frame{names: map[string]bool{}, expect: true, ptr: childPtr, fixed: fixed})
 		case '[':
-			stack = append(stack, &frame{ptr: childPtr})
+			stack = append(stack, &frame{ptr: childPtr, fixed: fixed})
 		case ']':
 			stack = stack[:len(stack)-1]
 			if top != nil && top.names == nil {

@@ -9,6 +9,21 @@ import (
 	"strings"
 )
 
+// CheckEvidenceSize refuses evidence larger than lim's MaxEvidenceBytes
+// (default 64 KiB) with the same *Error as [Build]: applied before an
+// [Allowlist] filters, so that what is dropped is bounded too.
+func CheckEvidenceSize(evidence json.RawMessage, lim Limits) error {
+	lim = lim.withDefaults()
+	if len(bytes.TrimSpace(evidence)) > lim.MaxEvidenceBytes {
+		return &Error{Field: "/evidence", Reason: fmt.Sprintf("larger than %d bytes", lim.MaxEvidenceBytes)}
+	}
+	return nil
+}
+
+// MaxDroppedReported bounds the dropped pointers [Allowlist.Filter]
+// reports; beyond it the last entry says how many more were dropped.
+const MaxDroppedReported = 100
+
 // An Allowlist names the evidence an agent (and skill) may receive, as RFC
 // 6901 JSON pointers into the evidence object: "/case_id" keeps that member
 // whole, "/customer/tenure_days" keeps only that member of "customer", and
@@ -81,6 +96,9 @@ func (a *Allowlist) Filter(evidence json.RawMessage) (json.RawMessage, []string,
 		return nil, nil, err
 	}
 	slices.Sort(dropped)
+	if len(dropped) > MaxDroppedReported {
+		dropped = append(dropped[:MaxDroppedReported:MaxDroppedReported], fmt.Sprintf("… and %d more", len(dropped)-MaxDroppedReported))
+	}
 	return out, dropped, nil
 }
 
@@ -108,6 +126,9 @@ func (a *Allowlist) keep(v any, ptr string, paths [][]string, dropped *[]string)
 		out := make(map[string]any, len(t))
 		for k, child := range t {
 			cp := ptr + "/" + escapeToken(k)
+			if _, secret := FindSecretInText(k); secret {
+				cp = ptr + "/*" // a member name that is a credential is not repeated, even to the host
+			}
 			if n := next(k); len(n) > 0 {
 				if kv, ok := a.keep(child, cp, n, dropped); ok {
 					out[k] = kv

@@ -3,7 +3,9 @@ package brief
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -71,5 +73,29 @@ func TestAllowlistRefuses(t *testing.T) {
 		if _, _, err := a.Filter(json.RawMessage(ev)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Filter(%s): %v, want ErrInvalid", ev, err)
 		}
+	}
+}
+
+// A dropped member whose name is a credential is reported as "*", and the
+// report is bounded.
+func TestAllowlistReportsSafely(t *testing.T) {
+	a, _ := NewAllowlist([]string{"case_id"})
+	jwt := "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + "." + "eyJzdWIiOiIxIn0" + "." + "c2lnbmF0dXJlLXNpZ25hdHVyZQ"
+	_, dropped, err := a.Filter(json.RawMessage(`{"case_id":"C-1","meta":{"` + jwt + `":1},"` + jwt + `":"x"}`))
+	if err != nil || !slices.Equal(dropped, []string{"/*", "/meta"}) {
+		t.Errorf("dropped %q %v, want [/* /meta]", dropped, err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"case_id":"C-1"`)
+	for i := range 150 {
+		fmt.Fprintf(&b, `,"k%03d":1`, i)
+	}
+	b.WriteString("}")
+	_, dropped, _ = a.Filter(json.RawMessage(b.String()))
+	if len(dropped) != MaxDroppedReported+1 || dropped[MaxDroppedReported] != "… and 50 more" || dropped[0] != "/k000" {
+		t.Errorf("%d dropped reported, last %q", len(dropped), dropped[len(dropped)-1])
+	}
+	if err := CheckEvidenceSize(json.RawMessage(`{"a":"`+strings.Repeat("x", 70000)+`"}`), Limits{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CheckEvidenceSize: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
@@ -34,6 +35,23 @@ const (
 // times longer. Beyond it, or beyond the policy's MaxTaskBytes (as
 // artifact.Size measures), the task fails with ReasonArtifactTooLarge.
 const MaxPendingBytes = 512 << 10
+
+// MaxAgentTextBytes bounds an agent's status message or question as kept
+// in the task record and shown to hosts; longer text is cut (at a rune
+// boundary) and ends with "…": it must not outgrow the record.
+const MaxAgentTextBytes = 4096
+
+// clipText cuts s to at most max bytes, at a rune boundary, marking the cut.
+func clipText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
 
 // MaxPendingParts caps the parts one task may accumulate, over all its
 // artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge.
@@ -442,7 +460,7 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 	if !ok {
 		return fmt.Errorf("%w: unknown state", ErrIllegalTransition)
 	}
-	text := st.Message.Text()
+	text := clipText(st.Message.Text(), MaxAgentTextBytes)
 	if to == r.State && r.State.Terminal() {
 		return errNoChange // a terminal record keeps its status message
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/artifact"
@@ -455,5 +456,25 @@ func TestRefusalFloodIsBounded(t *testing.T) {
 	}
 	if r := get(t, tr, "t1"); r.State != Completed {
 		t.Fatalf("state %s after the flood, want completed", r.State)
+	}
+}
+
+// A huge question is cut, not stored whole: the record must fit one NATS
+// message, or every later event of the task would fail to apply.
+func TestHugeQuestionIsCut(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t1")
+	subj := "a2a.events.fraud-review.t1"
+	q := strings.Repeat("é", 450_000) // 900 KB
+	ask := `{"statusUpdate":{"taskId":"a1","contextId":"c1","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"q1","role":"ROLE_AGENT","parts":[{"text":"` + q + `"}]}}}}`
+	if err := apply(t, tr, subj, "t1.1", working); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(t, tr, subj, "t1.2", ask); err != nil {
+		t.Fatal(err)
+	}
+	r := get(t, tr, "t1")
+	if r.State != InputRequired || len(r.Question) > MaxAgentTextBytes || !strings.HasSuffix(r.Question, "…") || !utf8.ValidString(r.Question) {
+		t.Fatalf("state %s, question of %d bytes (valid UTF-8 %v)", r.State, len(r.Question), utf8.ValidString(r.Question))
 	}
 }

@@ -143,6 +143,9 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	if !ok {
 		al = s.EvidenceAllow[req.Agent+"/*"]
 	}
+	if err := brief.CheckEvidenceSize(req.Brief.Evidence, s.Limits); err != nil {
+		return nil, err
+	}
 	var dropped []string
 	if req.Brief.Evidence, dropped, err = al.Filter(req.Brief.Evidence); err != nil {
 		return nil, err
