@@ -50,9 +50,9 @@ type pattern struct {
 // core are the expressions agent card scanning started with
 // (agentcard.InjectionWarnings), unchanged and in their order.
 var core = []pattern{
-	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|prompts?|messages|rules|context)`),
+	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|prompts?|messages|rules|context)(?:\b|\d)`),
 		"ignore disregard forget; previous prior above earlier preceding system original; instructions prompt prompts messages rules context"},
-	{InstructionOverride, regexp.MustCompile(`(?i)\b(override|bypass)\s+(your|the|all|any)\s+(instructions|rules|guardrails|policies|safety)`),
+	{InstructionOverride, regexp.MustCompile(`(?i)\b(override|bypass)\s+(your|the|all|any)\s+(instructions|rules|guardrails|policies|safety)(?:\b|\d)`),
 		"override bypass; your the all any; instructions rules guardrails policies safety"},
 	{RoleReassignment, regexp.MustCompile(`(?i)\byou\s+are\s+now\b`),
 		"you; are; now"},
@@ -60,7 +60,7 @@ var core = []pattern{
 		"system developer; prompt message"},
 	{InstructionOverride, regexp.MustCompile(`(?i)\bnew\s+instructions\s*:`),
 		"new; instructions"},
-	{Concealment, regexp.MustCompile(`(?i)\b(do\s+not|don'?t)\s+(tell|inform|show)\s+(the\s+)?(user|human|operator)`),
+	{Concealment, regexp.MustCompile(`(?i)\b(do\s+not|don'?t)\s+(tell|inform|show)\s+(the\s+)?(user|human|operator)(?:\b|\d)`),
 		"do don dont; tell inform show; user human operator"},
 	{RoleTag, regexp.MustCompile(`(?i)</?\s*(system|assistant|user|instructions?)\s*>`),
 		"<; system assistant user instruction instructions"},

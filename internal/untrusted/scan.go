@@ -61,6 +61,14 @@ func (sc *scanner) scan() (string, bool) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if l := lower[c]; l != 0 {
+			if n != 0 && i > 0 && isDigit(s[i-1]) != isDigit(c) {
+				// Letters and digits are separate words ("instructions0"):
+				// patterns need no boundary after their last word.
+				if n > 0 {
+					present.add(lookup(lw[:n]))
+				}
+				n = 0
+			}
 			switch {
 			case n < 0:
 			case n < maxWord:
@@ -155,14 +163,16 @@ func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
 			continue
 		}
 		j := i
-		for j < end && lower[s[j]] != 0 {
+		for j < end && lower[s[j]] != 0 && isDigit(s[j]) == isDigit(s[i]) {
 			j++
 		}
 		if j-i <= maxWord {
 			for k := i; k < j; k++ {
 				lw[k-i] = lower[s[k]]
 			}
-			if b := lookup(lw[:j-i]); b.meets(leadItems) {
+			// A word split off a digit run ("0SYSTEM") does not begin at a
+			// word boundary, where every pattern's lead word begins.
+			if b := lookup(lw[:j-i]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
 				dst = append(dst, leadAt{b, i})
 			}
 		}
@@ -276,6 +286,8 @@ var lower = func() (t [256]byte) {
 	}
 	return t
 }()
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
