@@ -459,10 +459,6 @@ func toolError(err error) error {
 	var re *a2a.RPCError
 	code := "internal_error"
 	switch {
-	case errors.As(err, &re):
-		code = "agent_refused" // the error names the JSON-RPC code only, never the agent's message
-	case errors.Is(err, a2a.ErrDecode):
-		code = "agent_protocol_error"
 	case errors.Is(err, agentcard.ErrAgentNotFound):
 		code = "agent_not_found"
 	case errors.As(err, &nd):
@@ -487,6 +483,11 @@ func toolError(err error) error {
 		code = "task_ended"
 	case errors.Is(err, context.DeadlineExceeded):
 		code = "agent_timeout"
+	// Last: a2ad's own meaning of an agent's error (above) comes first.
+	case errors.As(err, &re):
+		code = "agent_refused" // the error names the JSON-RPC code only, never the agent's message
+	case errors.Is(err, a2a.ErrDecode):
+		code = "agent_protocol_error"
 	}
 	if code == "internal_error" {
 		return &ToolError{Code: code, Err: fmt.Errorf("%v", err)}
