@@ -176,6 +176,54 @@ func (s *Store) Subscribe(id string) (<-chan struct{}, func()) {
 	}
 }
 
+// Watch reports each record written from now on, decoded, in revision
+// order, until ctx ends; the channel is closed then, or when the NATS
+// connection closes. Deletions, and values that are not records, are not
+// reported. Each call runs its own KV watcher (a JetStream ordered
+// consumer), stopped when ctx ends: it is for a few long-lived readers,
+// such as operators following tasks. To wait for one task use
+// [Store.Subscribe], which shares the store's watcher.
+func (s *Store) Watch(ctx context.Context) (<-chan *Record, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("task: watch %s: %w", Bucket, err)
+	}
+	out := make(chan *Record)
+	go func() {
+		defer close(out)
+		defer func() {
+			_ = w.Stop()
+			// The client blocks delivering into Updates until it is
+			// read; it closes Updates once the subscription is gone.
+			for range w.Updates() {
+			}
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
+				r, err := decode(e.Value())
+				if err != nil {
+					continue
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
 // Create stores a new record; ErrExists if the ID is taken.
 func (s *Store) Create(ctx context.Context, r *Record) error {
 	b, err := encode(r)

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/task"
 	"github.com/spf13/cobra"
 )
@@ -38,6 +45,15 @@ func (f *adminFlags) bind(cmd *cobra.Command) {
 	}
 }
 
+// showTask prints a task: the API's JSON with --json, else a table.
+func (f *adminFlags) showTask(cmd *cobra.Command, raw []byte, rec *task.Record) error {
+	if f.asJSON {
+		_, err := cmd.OutOrStdout().Write(raw)
+		return err
+	}
+	return printTask(cmd.OutOrStdout(), rec, time.Now())
+}
+
 // get and call send a request to the admin API (see callJSON).
 func (f *adminFlags) get(path string, v any) ([]byte, error) {
 	return callJSON("GET", f.server, f.token, f.dataDir, path, nil, v)
@@ -51,28 +67,57 @@ func newTasks() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "tasks",
-		Short: "Show delegated tasks of the running daemon (admin API)",
+		Short: "List, show, cancel and watch delegated tasks of the running daemon (admin API)",
 	}
 	f.bind(cmd)
+	var filter taskFilterFlags
+	var limit int
+	var all bool
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List every task: id, state, agent, age",
+		Use:   "list [--state s1,s2] [--agent A] [--tenant T] [--older-than D] [--newer-than D] [--limit N] [--all]",
+		Short: "List tasks, newest first: id, state, agent, age (one page of --limit; --all for every page)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				Tasks []task.Record `json:"tasks"`
+			q := filter.query()
+			if cmd.Flags().Changed("limit") {
+				q.Set("limit", strconv.Itoa(limit))
 			}
-			raw, err := f.get("/v1/tasks", &out)
-			if err != nil {
-				return err
+			var tasks []*task.Record
+			var page admin.TaskPage
+			for {
+				page = admin.TaskPage{} // an absent next_page_token must not keep the last one
+				raw, err := f.get("/v1/tasks?"+q.Encode(), &page)
+				if err != nil {
+					return err
+				}
+				if f.asJSON && !all {
+					_, err := cmd.OutOrStdout().Write(raw)
+					return err
+				}
+				tasks = append(tasks, page.Tasks...)
+				if !all || page.NextPageToken == "" {
+					break
+				}
+				q.Set("page_token", page.NextPageToken)
 			}
 			if f.asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
+				if tasks == nil {
+					tasks = []*task.Record{}
+				}
+				return writeIndented(cmd.OutOrStdout(), admin.TaskPage{Tasks: tasks})
+			}
+			if err := printTaskTable(cmd.OutOrStdout(), tasks, time.Now()); err != nil {
 				return err
 			}
-			return printTaskTable(cmd.OutOrStdout(), out.Tasks, time.Now())
+			if page.NextPageToken != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more tasks match: --all lists every page\n")
+			}
+			return nil
 		},
 	}
+	filter.bind(list, true)
+	list.Flags().IntVar(&limit, "limit", admin.DefaultLimit, fmt.Sprintf("tasks per page, 1 to %d", admin.MaxLimit))
+	list.Flags().BoolVar(&all, "all", false, "follow every next page (--limit is then the page size)")
 	get := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show one task with its transition history",
@@ -83,40 +128,146 @@ func newTasks() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.asJSON {
-				_, err := cmd.OutOrStdout().Write(raw)
-				return err
-			}
-			return printTask(cmd.OutOrStdout(), &rec, time.Now())
+			return f.showTask(cmd, raw, &rec)
 		},
 	}
-	cmd.AddCommand(list, get)
+	var reason string
+	cancel := &cobra.Command{
+		Use:   "cancel ID [--reason R]",
+		Short: "Cancel an open task as its host would (the agent gets CancelTask); the reason goes to a2ad's log",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var rec task.Record
+			raw, err := f.call("POST", "/v1/tasks/"+url.PathEscape(args[0])+"/cancel", map[string]string{"reason": reason}, &rec)
+			if err != nil {
+				return err
+			}
+			return f.showTask(cmd, raw, &rec)
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "", "why, for the log")
+	var watchFilter taskFilterFlags
+	watch := &cobra.Command{
+		Use:   "watch [--state s1,s2] [--agent A] [--tenant T]",
+		Short: "Print each task change as it happens (time, task, state, agent, reason) until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return f.watch(ctx, watchFilter.query(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	watchFilter.bind(watch, false)
+	cmd.AddCommand(list, get, cancel, watch)
 	return cmd
+}
+
+// taskFilterFlags are the filters of tasks list and watch.
+type taskFilterFlags struct {
+	states               []string
+	agent, tenant        string
+	olderThan, newerThan time.Duration
+}
+
+func (t *taskFilterFlags) bind(cmd *cobra.Command, age bool) {
+	fs := cmd.Flags()
+	fs.StringSliceVar(&t.states, "state", nil, "only tasks in these states (submitted, working, input-required, auth-required, completed, failed, canceled, rejected)")
+	fs.StringVar(&t.agent, "agent", "", "only tasks delegated to this agent id")
+	fs.StringVar(&t.tenant, "tenant", "", "only tasks of this tenant")
+	if age {
+		fs.DurationVar(&t.olderThan, "older-than", 0, "only tasks created at least this long ago (e.g. 10m)")
+		fs.DurationVar(&t.newerThan, "newer-than", 0, "only tasks created at most this long ago (e.g. 24h)")
+	}
+}
+
+// query is the filter as admin API parameters; the daemon validates them.
+func (t *taskFilterFlags) query() url.Values {
+	q := url.Values{}
+	if len(t.states) > 0 {
+		q.Set("state", strings.Join(t.states, ","))
+	}
+	if t.agent != "" {
+		q.Set("agent", t.agent)
+	}
+	if t.tenant != "" {
+		q.Set("tenant", t.tenant)
+	}
+	if t.olderThan != 0 {
+		q.Set("older_than", t.olderThan.String())
+	}
+	if t.newerThan != 0 {
+		q.Set("newer_than", t.newerThan.String())
+	}
+	return q
+}
+
+// watch follows GET /v1/tasks/watch until ctx ends (nil error) or the
+// stream does, printing a line per change, or its JSON with --json. Once
+// the daemon answered it says so on stderr.
+func (f *adminFlags) watch(ctx context.Context, q url.Values, stdout, stderr io.Writer) error {
+	req, err := f.request(ctx, "GET", "/v1/tasks/watch?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req) // no timeout: the stream lasts
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", f.server, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return answerError(resp, raw)
+	}
+	fmt.Fprintf(stderr, "watching task changes at %s (interrupt to stop)\n", f.server)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue // event names, heartbeats, blank separators
+		}
+		if f.asJSON {
+			if _, err := fmt.Fprintln(stdout, data); err != nil {
+				return err
+			}
+			continue
+		}
+		var c admin.TaskChange
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return fmt.Errorf("a2ad sent a change that is not JSON: %w", err)
+		}
+		if _, err := fmt.Fprintf(stdout, "%s  %s  %-14s  %s  %s\n", c.UpdatedAt.Local().Format("15:04:05.000"),
+			c.TaskID, c.State, c.AgentID, c.Reason); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	return errors.New("watch: a2ad closed the stream")
+}
+
+func writeIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // callJSON sends method with an optional JSON body to the admin API and
 // decodes the answer into v; it returns the raw answer for --json.
 func callJSON(method, server, token, dataDir, path string, body any, v any) ([]byte, error) {
-	tok, err := adminToken(server, token, dataDir)
+	f := adminFlags{server: server, token: token, dataDir: dataDir}
+	req, err := f.request(context.Background(), method, path, body)
 	if err != nil {
 		return nil, err
 	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, strings.TrimRight(server, "/")+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -128,18 +279,49 @@ func callJSON(method, server, token, dataDir, path string, body any, v any) ([]b
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-			return nil, fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
-		}
-		return nil, fmt.Errorf("a2ad answered %s", resp.Status)
+		return nil, answerError(resp, raw)
 	}
 	return raw, json.Unmarshal(raw, v)
 }
 
-func printTaskTable(w io.Writer, recs []task.Record, now time.Time) error {
+// request builds an authorized admin API request with an optional JSON body.
+func (f *adminFlags) request(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	tok, err := adminToken(f.server, f.token, f.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(f.server, "/")+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	return req, nil
+}
+
+// answerError is the error of a non-200 answer: its code and message when
+// it is the API's JSON error.
+func answerError(resp *http.Response, raw []byte) error {
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
+		return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+	}
+	return fmt.Errorf("a2ad answered %s", resp.Status)
+}
+
+func printTaskTable(w io.Writer, recs []*task.Record, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATE\tAGENT\tSKILL\tTENANT\tAGE\tREASON")
 	for _, r := range recs {
@@ -178,7 +360,7 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 	}
 	fmt.Fprintln(w, "History:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  AT\tEVENT\tFROM\tTO\tSOURCE\tNOTE")
+	fmt.Fprintln(tw, "  AT\tEVENT\tFROM\tTO\tSOURCE\tBY\tNOTE")
 	for _, h := range r.History {
 		note := h.Reason
 		if h.Refused && !strings.HasPrefix(note, "refused") {
@@ -188,7 +370,7 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 		if from == "" {
 			from = "-"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", h.At.Format("15:04:05.000"), h.Event, from, h.To, h.Source, note)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.At.Format("15:04:05.000"), h.Event, from, h.To, h.Source, cmp.Or(h.By, "-"), note)
 	}
 	return tw.Flush()
 }

@@ -1,7 +1,10 @@
 // Package admin serves the operators' HTTP API under /v1/: tasks and agents
-// as JSON, read from the shared stores (any tenant). The `a2ad tasks`
-// command is its client. It has no authentication yet: it is served on the
-// loopback listener only, with a Host check against DNS rebinding.
+// as JSON, read from the shared stores (any tenant), task changes as
+// Server-Sent Events, and the operators' actions (cancel a task, approve or
+// quarantine an agent, mint its credential). The `a2ad tasks` and `a2ad
+// agents` commands are its clients. The daemon serves it behind a token
+// check for scope a2a:admin and, on a loopback listener, a Host check
+// against DNS rebinding.
 package admin
 
 import (
@@ -20,13 +23,29 @@ import (
 
 // Handler returns the /v1/ API:
 //
-//	GET /v1/tasks          {"tasks":[Record…]} newest first
+//	GET /v1/tasks          TaskPage: {"tasks":[Record…],"next_page_token":"…"} newest first
+//	GET /v1/tasks/watch    Server-Sent Events, one TaskChange per transition
 //	GET /v1/tasks/{id}     Record with its full history
+//	POST /v1/tasks/{id}/cancel       {"reason":"…"} (optional) → Record (409 task_terminal)
 //	GET /v1/agents         {"agents":[agentcard.Record…]}
 //	GET /v1/agents/{id}    agentcard.Record
 //	POST /v1/agents/{id}/approve     {"fingerprint":"sha256:…"} → Record (409 fingerprint_mismatch)
 //	POST /v1/agents/{id}/quarantine  {"reason":"…"} → Record
 //	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at"}
+//
+// GET /v1/tasks takes state=s1,s2 (task states), agent, tenant,
+// older_than and newer_than (Go durations of the task's age),
+// limit (1 to MaxLimit, default DefaultLimit) and page_token (a
+// next_page_token: the page after it, unaffected by tasks created since).
+// Cancel is the hosts' (broker.Service.Cancel), in the task's tenant: the
+// record says canceled_by_host, the history's transition is by
+// "admin:<token subject>", and the agent gets CancelTask. The operator's
+// reason goes to the log.
+//
+// GET /v1/tasks/watch takes state, agent and tenant; it reports changes
+// from the moment it answers, with a comment line every 15 s, until the
+// client goes. Any other parameter, or a bad value, is 400
+// invalid_argument naming the parameter.
 //
 // A credential may be minted for an agent id not registered yet: an agent
 // needs one to register (docs/nats-binding.md §10). ttl_seconds 0 means
@@ -37,20 +56,9 @@ import (
 // {"error":{"code","message"}} with 404 for an unknown id.
 func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		recs, err := svc.Tasks.List(r.Context())
-		if err != nil {
-			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
-			return
-		}
-		for i, rec := range recs {
-			recs[i] = rec.Redacted()
-		}
-		if recs == nil {
-			recs = []*task.Record{}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"tasks": recs})
-	})
+	mux.HandleFunc("GET /v1/tasks", listTasks(svc))
+	mux.HandleFunc("GET /v1/tasks/watch", watchTasks(svc))
+	mux.HandleFunc("POST /v1/tasks/{id}/cancel", cancelTask(svc))
 	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		rec, _, err := svc.Tasks.Get(r.Context(), r.PathValue("id"))
 		if errors.Is(err, task.ErrNotFound) {
