@@ -327,7 +327,8 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 	if mt, ok := mediaType(part.MediaType, "application/json"); !ok || mt != "application/json" {
 		c.violate(prefix, "media_type")
 	}
-	if tooDeep(part.Data, p.MaxDepth) {
+	deep, members := textShape(part.Data, p.MaxDepth)
+	if deep {
 		c.violate(prefix, "max_depth")
 		return
 	}
@@ -344,7 +345,7 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 	// a host reads could be what was never validated. Decoding collapsed
 	// any duplicates, so fewer members in the tree than in the text means
 	// there were some (the cheap test); then find where.
-	if textMembers(part.Data) != treeMembers(root) {
+	if members != treeMembers(root) {
 		ptr, _ := duplicateMember(part.Data)
 		c.violate(prefix+"/data"+ptr, "duplicate_member")
 		return
@@ -357,10 +358,12 @@ func (c *check) data(s *Schema, prefix string, part a2a.Part, p Policy) {
 	}
 }
 
-// textMembers counts the object members of valid JSON text b: one ':'
-// outside strings each.
-func textMembers(b []byte) int {
-	n := 0
+// textShape reads JSON text b once, skipping string contents: deep is true
+// when arrays and objects nest deeper than limit (the scan stops there),
+// and members counts the object members (one ':' outside strings each). b
+// need not be valid JSON.
+func textShape(b []byte, limit int) (deep bool, members int) {
+	depth := 0
 	inString, escaped := false, false
 	for _, c := range b {
 		switch {
@@ -376,10 +379,16 @@ func textMembers(b []byte) int {
 		case c == '"':
 			inString = true
 		case c == ':':
-			n++
+			members++
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true, members
+			}
+		case c == '}' || c == ']':
+			depth--
 		}
 	}
-	return n
+	return false, members
 }
 
 // treeMembers counts the object members of a decoded JSON value.
@@ -474,35 +483,6 @@ func duplicateMember(b []byte) (string, bool) {
 
 // declares reports whether the schema declares property name.
 func (s *Schema) declares(name string) bool { return s.names[name] }
-
-// tooDeep reports whether JSON text b nests arrays and objects deeper than
-// limit. b need not be valid JSON; the scan only skips string contents.
-func tooDeep(b []byte, limit int) bool {
-	depth := 0
-	inString, escaped := false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			if depth++; depth > limit {
-				return true
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
-	return false
-}
 
 // mediaType returns the lowercase type/subtype of a part's mediaType, def
 // when it is empty. ok is false when it does not parse as a media type

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad"
-	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/broker"
@@ -346,29 +345,12 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benc
 			env.stop()
 		}
 	}()
-	env.d, err = daemon.Start(ctx, daemon.Config{
-		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
-		Agents: []daemon.AgentConfig{{
-			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
-			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
-			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
-		}},
-	}, log, true)
+	env.d, err = daemon.Start(ctx, inProcessConfig(dir), log, true)
 	if err != nil {
 		return env, err
 	}
-	cred, _, err := env.d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
-	if err != nil {
-		return env, err
-	}
-	if env.agentNC, err = nats.Connect(env.d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...); err != nil {
-		return env, fmt.Errorf("bench: agent connection: %w", err)
-	}
-	if env.agent, err = refagent.New(env.agentNC, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred}); err != nil {
-		return env, err
-	}
-	if err := env.agent.Start(ctx); err != nil {
-		return env, err
+	if env.agentNC, env.agent, err = startInProcessAgent(ctx, env.d, nil, nil); err != nil {
+		return env, fmt.Errorf("bench: %w", err)
 	}
 	if err := waitDelegable(ctx, env.d, "fraud-review"); err != nil {
 		return env, err

@@ -48,6 +48,45 @@ func newDemo() *cobra.Command {
 	return cmd
 }
 
+// inProcessConfig is the daemon of `a2ad demo` and `a2ad bench`: embedded
+// NATS and HTTP on free loopback ports, state in dir, the reference agent
+// trusted on first use with the evidence of deploy/a2ad.yaml.
+func inProcessConfig(dir string) daemon.Config {
+	return daemon.Config{
+		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
+		}},
+	}
+}
+
+// startInProcessAgent runs the reference agent against d over loopback TCP,
+// with the credential d mints for it, as an operator would with `a2ad
+// agents credential fraud-review`. The caller closes nc after stopping the
+// agent.
+func startInProcessAgent(ctx context.Context, d *daemon.Daemon, misbehave map[string]string, log *slog.Logger) (*nats.Conn, *refagent.Agent, error) {
+	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent connection: %w", err)
+	}
+	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
+		Misbehave: misbehave, Logger: log, Credential: cred})
+	if err == nil {
+		err = agent.Start(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, agent, nil
+}
+
 // fraudReviewEvidence is the evidence the fraud-review agent may receive, as
 // in deploy/a2ad.yaml: free-text notes and anything else stay with the host.
 var fraudReviewEvidence = []string{"case_id", "amount_cents", "currency", "manual_review_above_cents",
@@ -90,39 +129,18 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	d, err := daemon.Start(ctx, daemon.Config{
-		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
-		Agents: []daemon.AgentConfig{{
-			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
-			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
-			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
-		}},
-	}, log, true)
+	d, err := daemon.Start(ctx, inProcessConfig(dir), log, true)
 	if err != nil {
 		return err
 	}
 	defer d.Stop()
 	fmt.Fprintf(out, "a2ad demo: daemon up (NATS %s, MCP %s/mcp, data in %s)\n", d.NATSURL, d.HTTPURL, dir)
 
-	// The agent's identity: a credential a2ad mints for its id, as an
-	// operator would with `a2ad agents credential fraud-review`.
-	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...)
+	nc, agent, err := startInProcessAgent(ctx, d, map[string]string{"C-13": "invalid-artifact"}, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(),
-		Misbehave: map[string]string{"C-13": "invalid-artifact"}, Logger: log, Credential: cred})
-	if err != nil {
-		return err
-	}
-	if err := agent.Start(ctx); err != nil {
-		return err
-	}
 	defer agent.Stop()
 	if err := waitDelegable(ctx, d, "fraud-review"); err != nil {
 		return err
