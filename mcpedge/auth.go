@@ -8,12 +8,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -22,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/MicahParks/keyfunc/v3"
@@ -94,6 +97,15 @@ type Authenticator struct {
 	keyfunc     jwt.Keyfunc
 	metadataURL string
 	dev         bool
+
+	// OnRefused, if set before serving, is called for each refused HTTP
+	// request with a reason code: missing_token, malformed,
+	// bad_signature, unknown_key, claim_missing, expired, not_yet_valid,
+	// wrong_audience, wrong_issuer, unsupported_header, invalid_claim,
+	// insufficient_scope or invalid_token. It must not block.
+	OnRefused func(reason string)
+
+	tokens tokenCache // tokens verified lately ([Authenticator.Verify])
 }
 
 // TokenError is why a token was refused; its text is safe to show (it never
@@ -213,7 +225,29 @@ func (a *Authenticator) Development() bool { return a.dev }
 // sub and tenant claim. It returns the token's subject, tenant and scopes
 // as an auth.TokenInfo (Extra "sub", "tenant"; UserID "<tenant>/<sub>"), or
 // a *TokenError.
+//
+// A token that verified is remembered, by the SHA-256 of its exact bytes,
+// for TokenCacheTTL (at most TokenCacheSize tokens): the same token again
+// within that time is not verified again, except for its expiry, which is
+// checked on every use (exp plus the leeway, as the full check allows). A
+// refused token is never remembered. So a key removed from the JWKS (or a
+// configuration changed) stops a token signed with it at most TokenCacheTTL
+// after that token last verified in full.
 func (a *Authenticator) Verify(token string) (*auth.TokenInfo, error) {
+	key := sha256.Sum256([]byte(token))
+	leeway := time.Duration(a.cfg.LeewaySeconds) * time.Second
+	if ti, ok := a.tokens.get(key, time.Now(), leeway); ok {
+		return ti, nil
+	}
+	ti, err := a.verify(token)
+	if err == nil {
+		a.tokens.put(key, ti, time.Now())
+	}
+	return ti, err
+}
+
+// verify is Verify without the cache.
+func (a *Authenticator) verify(token string) (*auth.TokenInfo, error) {
 	claims := jwt.MapClaims{}
 	tok, err := a.parser.ParseWithClaims(token, claims, a.keyfunc)
 	if err != nil {
@@ -242,6 +276,65 @@ func (a *Authenticator) Verify(token string) (*auth.TokenInfo, error) {
 		Scopes: strings.Fields(scope), Expiration: exp.Time, UserID: strconv.Quote(tenant) + "/" + strconv.Quote(sub),
 		Extra: map[string]any{"sub": sub, "tenant": tenant},
 	}, nil
+}
+
+// TokenCacheTTL is how long a verified token is used without verifying its
+// signature and claims again (its expiry is checked on every use), and
+// TokenCacheSize how many such tokens an Authenticator remembers.
+const (
+	TokenCacheTTL  = time.Minute
+	TokenCacheSize = 10_000
+)
+
+// tokenCache remembers verified tokens by the SHA-256 of their bytes.
+type tokenCache struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]cachedToken
+}
+
+type cachedToken struct {
+	ti       *auth.TokenInfo // as verified; copied out, never handed out
+	verified time.Time
+}
+
+// get returns a copy of the remembered token's info if it verified less
+// than TokenCacheTTL ago and has not expired (exp plus leeway) at now.
+func (c *tokenCache) get(key [sha256.Size]byte, now time.Time, leeway time.Duration) (*auth.TokenInfo, bool) {
+	c.mu.Lock()
+	e, ok := c.m[key]
+	if ok && (now.Sub(e.verified) >= TokenCacheTTL || now.Before(e.verified) || now.After(e.ti.Expiration.Add(leeway))) {
+		delete(c.m, key)
+		ok = false
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return cloneTokenInfo(e.ti), true
+}
+
+// put remembers a verified token, evicting another when full.
+func (c *tokenCache) put(key [sha256.Size]byte, ti *auth.TokenInfo, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[[sha256.Size]byte]cachedToken{}
+	}
+	if _, ok := c.m[key]; !ok && len(c.m) >= TokenCacheSize {
+		for k := range c.m { // an arbitrary one: map order is random
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[key] = cachedToken{ti: cloneTokenInfo(ti), verified: now}
+}
+
+// cloneTokenInfo copies what a caller could change.
+func cloneTokenInfo(ti *auth.TokenInfo) *auth.TokenInfo {
+	c := *ti
+	c.Scopes = slices.Clone(ti.Scopes)
+	c.Extra = maps.Clone(ti.Extra)
+	return &c
 }
 
 // printable reports a claim fit to name a principal: at most 256 bytes, no
@@ -342,6 +435,7 @@ func (a *Authenticator) authenticate(w http.ResponseWriter, r *http.Request, sco
 	h := r.Header.Get("Authorization")
 	scheme, token, found := strings.Cut(h, " ")
 	if h == "" || !found || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		a.refused("missing_token")
 		a.challenge(w, http.StatusUnauthorized, "", "", "") // RFC 6750 §3.1: no error code without credentials
 		return nil
 	}
@@ -352,14 +446,49 @@ func (a *Authenticator) authenticate(w http.ResponseWriter, r *http.Request, sco
 		if errors.As(err, &te) {
 			desc = te.Reason
 		}
+		a.refused(refusalCode(desc))
 		a.challenge(w, http.StatusUnauthorized, "invalid_token", desc, "")
 		return nil
 	}
 	if scope != "" && !slices.Contains(ti.Scopes, scope) {
+		a.refused("insufficient_scope")
 		a.challenge(w, http.StatusForbidden, "insufficient_scope", "this request needs scope "+scope, scope)
 		return nil
 	}
 	return ti
+}
+
+func (a *Authenticator) refused(code string) {
+	if a.OnRefused != nil {
+		a.OnRefused(code)
+	}
+}
+
+// refusalCode maps a TokenError's reason to a bounded code for metrics.
+func refusalCode(reason string) string {
+	switch {
+	case reason == "malformed":
+		return "malformed"
+	case reason == "bad signature or algorithm not allowed":
+		return "bad_signature"
+	case reason == "no key to verify it":
+		return "unknown_key"
+	case reason == "a required claim is missing", strings.HasPrefix(reason, "no ") && strings.HasSuffix(reason, " claim"):
+		return "claim_missing"
+	case reason == "expired":
+		return "expired"
+	case reason == "not valid yet":
+		return "not_yet_valid"
+	case reason == "minted for another audience":
+		return "wrong_audience"
+	case reason == "wrong issuer":
+		return "wrong_issuer"
+	case strings.HasPrefix(reason, "critical header"):
+		return "unsupported_header"
+	case strings.HasPrefix(reason, "sub or "):
+		return "invalid_claim"
+	}
+	return "invalid_token"
 }
 
 // RequireScope protects an HTTP handler (the admin API): a valid token with
@@ -410,6 +539,7 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 		}
 		if call.method == "tools/call" {
 			if need, known := ToolScopes[call.tool]; known && !slices.Contains(ti.Scopes, need) {
+				a.refused("insufficient_scope")
 				a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+call.tool+" needs scope "+need, need)
 				return
 			}

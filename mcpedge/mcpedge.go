@@ -26,6 +26,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Implementation names the server in the MCP initialize handshake.
@@ -37,6 +38,7 @@ type Edge struct {
 	log      *slog.Logger
 	stdio    *broker.Principal
 	stateKey []byte
+	stopping <-chan struct{}
 }
 
 // Options configure NewServer.
@@ -49,6 +51,13 @@ type Options struct {
 	// requests; every instance must share it. Nil: questions are never put
 	// as input requests, only returned in results.
 	RequestStateKey []byte
+	// Tracer, if set, starts a server span per MCP request, a child of the
+	// trace context in the request's _meta (traceparent, tracestate).
+	Tracer trace.Tracer
+	// Stopping, if set, is closed when the server begins to shut down:
+	// calls waiting for a task return it as it is at once (the task goes
+	// on; the host follows it with task_get on another instance).
+	Stopping <-chan struct{}
 }
 
 // principalOf is the caller of a request: the verified token's subject,
@@ -69,7 +78,7 @@ func (e *Edge) principal(req *mcp.CallToolRequest) broker.Principal { return e.p
 
 // NewServer returns an MCP server with a2ad's tools.
 func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server {
-	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey}
+	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey, stopping: opts.Stopping}
 	s := mcp.NewServer(Implementation, &mcp.ServerOptions{
 		Instructions: "a2ad delegates bounded work to remote A2A agents. Call agents_list, then delegate with an objective, " +
 			"evidence and an output_schema; follow the task with task_get, answer questions with task_respond. " +
@@ -112,6 +121,9 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)},
 	}, e.taskCancel)
 	s.AddReceivingMiddleware(scopeFilter(e.principalOf))
+	if opts.Tracer != nil {
+		s.AddReceivingMiddleware(traceMiddleware(opts.Tracer))
+	}
 	return s
 }
 
@@ -373,7 +385,20 @@ func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker
 	if done == nil {
 		done = func(r *task.Record) bool { return r.State.Terminal() || r.State.Interrupted() }
 	}
-	got, err := e.svc.WaitUntil(ctx, p, r.ID, d, done, changed)
+	wctx := ctx
+	if e.stopping != nil {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-e.stopping:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	got, err := e.svc.WaitUntil(wctx, p, r.ID, d, done, changed)
 	if err != nil {
 		return nil, TaskOutput{}, toolError(err)
 	}
@@ -453,6 +478,17 @@ func (e *ToolError) Unwrap() error { return e.Err }
 
 // toolError classifies a domain error into a stable code.
 func toolError(err error) error {
+	code := ErrorCode(err)
+	if code == "internal_error" {
+		return &ToolError{Code: code, Err: fmt.Errorf("%v", err)}
+	}
+	return &ToolError{Code: code, Err: err}
+}
+
+// ErrorCode is the stable code hosts see for a broker error
+// (agent_not_found, invalid_argument, agent_offline, …; internal_error
+// for anything else). The audit trail and the metrics use the same codes.
+func ErrorCode(err error) string {
 	var nd *agentcard.NotDelegableError
 	var be *brief.Error
 	var ee *broker.EvidenceError
@@ -489,8 +525,5 @@ func toolError(err error) error {
 	case errors.Is(err, a2a.ErrDecode):
 		code = "agent_protocol_error"
 	}
-	if code == "internal_error" {
-		return &ToolError{Code: code, Err: fmt.Errorf("%v", err)}
-	}
-	return &ToolError{Code: code, Err: err}
+	return code
 }

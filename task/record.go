@@ -99,6 +99,10 @@ type Record struct {
 	// long: should one still come, it is applied rather than taken for a
 	// duplicate (the most recent 64).
 	Skipped []int `json:"skipped,omitempty"`
+	// TraceParent is the W3C traceparent of a2ad's span for the
+	// delegation (a child of the host's, when the host sent one): every
+	// request to the agent for this task carries it (docs/nats-binding.md §4).
+	TraceParent string `json:"traceparent,omitempty"`
 	// Outbox is a request to the agent that the state above already
 	// assumes but the agent has not yet acknowledged (a transactional
 	// outbox: written in the same compare-and-swap as the state change that

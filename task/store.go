@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,14 +32,15 @@ var ErrExists = errors.New("task already exists")
 var ErrConflict = errors.New("task: too many concurrent updates")
 
 // Store keeps records in a KV bucket. One KV watcher per process feeds
-// waiters ([Store.Subscribe]) and the optional change callback: first every
-// record in the bucket, then each change.
+// waiters ([Store.Follow], [Store.Subscribe]) and the optional change
+// callback: first every record in the bucket, then each change.
 type Store struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's stream, for reads through its leader
 
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters map[string]map[*Follower]struct{}
+	cache   revCache // the records this process last wrote, for the tracker's reads
 
 	loaded chan struct{} // closed once the watcher delivered every stored record
 	open   atomic.Int64  // records seen by the watcher that are not terminal
@@ -46,6 +48,53 @@ type Store struct {
 	// RetryFor bounds how long an operation retries transient NATS errors
 	// (a stream-leader election, a reconnect); default 20 s.
 	RetryFor time.Duration
+
+	// OnWrite, if set before the store is used, is called after each
+	// record this process wrote (Create, Update) with what that write
+	// added. It runs on the writer's goroutine, after the write and before
+	// the writer's caller gets the record: it must not block (the audit
+	// trail and the metrics queue or count, nothing more) and must not
+	// modify r.
+	OnWrite func(r *Record, w Write)
+}
+
+// Write is what one write of a record added to it: each write is reported
+// once, by the process that made it, so several instances sharing the
+// bucket never report a change twice.
+type Write struct {
+	// Created is true for the record's first write ([Store.Create]).
+	Created bool
+	// Transitions are the history entries the write appended, applied and
+	// refused, in order.
+	Transitions []Transition
+	// Verdicts are the artifact verdicts the write added (at completion).
+	Verdicts []artifact.Verdict
+	// RefusedUnrecorded is the number of refused transitions the write
+	// counted without recording them (beyond MaxRefusedHistory).
+	RefusedUnrecorded int
+}
+
+// written reports a write of r to OnWrite; mark is r as it was read.
+func (s *Store) written(r *Record, mark writeMark) {
+	if s.OnWrite == nil {
+		return
+	}
+	w := Write{RefusedUnrecorded: r.RefusedUnrecorded - mark.unrecorded}
+	if mark.history <= len(r.History) {
+		w.Transitions = r.History[mark.history:]
+	}
+	if mark.verdicts <= len(r.Verdicts) {
+		w.Verdicts = r.Verdicts[mark.verdicts:]
+	}
+	s.OnWrite(r, w)
+}
+
+// writeMark is how much history, verdicts and uncounted refusals a record
+// held when it was read for a write.
+type writeMark struct{ history, verdicts, unrecorded int }
+
+func markOf(r *Record) writeMark {
+	return writeMark{history: len(r.History), verdicts: len(r.Verdicts), unrecorded: r.RefusedUnrecorded}
 }
 
 // Snapshot is what the watcher reports of one record.
@@ -85,7 +134,8 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{kv: kv, stream: st, waiters: map[string]map[chan struct{}]struct{}{}, loaded: make(chan struct{})}
+	s := &Store{stream: st, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("task: watch %s: %w", Bucket, err)
@@ -112,13 +162,10 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			continue
 		}
-		// Waiters first: they re-read the record, so they need no decoding.
+		// Waiters first, with the value itself: they need not read it again.
 		s.mu.Lock()
-		for ch := range s.waiters[e.Key()] {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+		for f := range s.waiters[e.Key()] {
+			f.deliver(e)
 		}
 		s.mu.Unlock()
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
@@ -131,6 +178,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				} `json:"outbox"`
 			}
 			if json.Unmarshal(e.Value(), &v) != nil {
+				s.cache.observe(e.Key(), e.Revision(), nil, true)
 				continue // not a record a2ad wrote; Get reports it
 			}
 			snap.State, snap.Deadline = v.State, v.Deadline
@@ -141,6 +189,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				}
 			}
 		}
+		s.cache.observe(e.Key(), e.Revision(), e.Value(), snap.Deleted || snap.State.Terminal())
 		if isOpen := !snap.Deleted && !snap.State.Terminal(); isOpen != open[snap.ID] {
 			if isOpen {
 				open[snap.ID] = true
@@ -156,24 +205,99 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 	}
 }
 
-// Subscribe returns a channel that receives a signal after each change of
-// task id, and a function to stop. Signals coalesce: re-read after each.
-func (s *Store) Subscribe(id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
+// Follower receives the changes of one task record as the store's watcher
+// delivers them: a signal on C after each, and the newest value from
+// [Follower.Latest]. Signals coalesce; Latest always has the newest value.
+type Follower struct {
+	c    chan struct{}
+	mu   sync.Mutex
+	rev  uint64 // of val; 0 before the first change
+	val  []byte
+	gone bool // the newest change deleted the record
+	stop func()
+}
+
+// C receives a signal after each change (at most one pending).
+func (f *Follower) C() <-chan struct{} { return f.c }
+
+// deliver records the watcher's entry e and signals.
+func (f *Follower) deliver(e jetstream.KeyValueEntry) {
+	f.mu.Lock()
+	if e.Revision() > f.rev {
+		f.rev, f.val, f.gone = e.Revision(), e.Value(), e.Operation() != jetstream.KeyValuePut
+	}
+	f.mu.Unlock()
+	select {
+	case f.c <- struct{}{}:
+	default:
+	}
+}
+
+// Latest returns the newest value the watcher delivered since [Store.Follow],
+// decoded, and its revision; a revision of 0 (and a nil record) when none
+// came yet. A deleted record is ErrNotFound (with its revision). The value
+// is as current as the store's watcher: a read ([Store.Get]) made after a
+// signal may find a newer one, never an older one.
+func (f *Follower) Latest() (*Record, uint64, error) {
+	f.mu.Lock()
+	rev, val, gone := f.rev, f.val, f.gone
+	f.mu.Unlock()
+	switch {
+	case rev == 0:
+		return nil, 0, nil
+	case gone:
+		return nil, rev, ErrNotFound
+	}
+	r, err := decode(val)
+	if err != nil {
+		return nil, rev, fmt.Errorf("task: decode: %w", err)
+	}
+	return r, rev, nil
+}
+
+// LatestBytes is [Follower.Latest] undecoded, for a reader that needs only
+// a few members: the newest value (nil when deleted or none came yet), its
+// revision and whether the record was deleted. The bytes must not be
+// modified.
+func (f *Follower) LatestBytes() (value []byte, rev uint64, deleted bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return nil, f.rev, true
+	}
+	return f.val, f.rev, false
+}
+
+// Follow starts following task id's changes; call Stop when done. Follow
+// before reading the record, so that no change after the read is missed.
+func (s *Store) Follow(id string) *Follower {
+	f := &Follower{c: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if s.waiters[id] == nil {
-		s.waiters[id] = map[chan struct{}]struct{}{}
+		s.waiters[id] = map[*Follower]struct{}{}
 	}
-	s.waiters[id][ch] = struct{}{}
+	s.waiters[id][f] = struct{}{}
 	s.mu.Unlock()
-	return ch, func() {
+	f.stop = func() {
 		s.mu.Lock()
-		delete(s.waiters[id], ch)
+		delete(s.waiters[id], f)
 		if len(s.waiters[id]) == 0 {
 			delete(s.waiters, id)
 		}
 		s.mu.Unlock()
 	}
+	return f
+}
+
+// Stop ends the following.
+func (f *Follower) Stop() { f.stop() }
+
+// Subscribe returns a channel that receives a signal after each change of
+// task id, and a function to stop. Signals coalesce: re-read after each
+// (or use [Store.Follow], which has the changed value).
+func (s *Store) Subscribe(id string) (<-chan struct{}, func()) {
+	f := s.Follow(id)
+	return f.c, f.stop
 }
 
 // Watch reports each record written from now on, decoded, in revision
@@ -240,14 +364,25 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	})
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		if ambiguous && s.sameOrigin(ctx, r) {
-			return nil // an attempt whose answer was lost did store it (and it may have changed since)
+			// An attempt whose answer was lost did store it (and it may
+			// have changed since): this process wrote it.
+			s.created(r)
+			return nil
 		}
 		return ErrExists
 	}
 	if err != nil {
 		return fmt.Errorf("task: create %s: %w", r.ID, err)
 	}
+	s.created(r)
 	return nil
+}
+
+// created reports r's first write to OnWrite.
+func (s *Store) created(r *Record) {
+	if s.OnWrite != nil {
+		s.OnWrite(r, Write{Created: true, Transitions: r.History, Verdicts: r.Verdicts, RefusedUnrecorded: r.RefusedUnrecorded})
+	}
 }
 
 // sameOrigin reports whether the stored record with r's id is r itself,
@@ -267,6 +402,13 @@ func (s *Store) holds(ctx context.Context, id string, b []byte) bool {
 
 // Get returns the record and its KV revision; ErrNotFound if absent.
 func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
+	if ctx.Value(cachedReadKey{}) != nil {
+		if rev, val, ok := s.cache.get(id); ok {
+			if r, err := decode(val); err == nil {
+				return r, rev, nil
+			}
+		}
+	}
 	var e jetstream.KeyValueEntry
 	err := s.retry(ctx, func() (err error) { e, err = s.kv.Get(ctx, id); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -331,12 +473,14 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 	var lastWrite []byte // bytes of a write whose outcome is unknown
 	var lastRec *Record
 	var lastErr error
+	var lastMark writeMark
 	for attempt := range 64 {
 		if attempt > 0 {
 			// Jittered backoff: writers that lost a race spread out.
 			time.Sleep(time.Duration(rand.Int64N(int64(attempt)*int64(200*time.Microsecond) + 1)))
 		}
 		if lastWrite != nil && s.holds(ctx, id, lastWrite) {
+			s.written(lastRec, lastMark)
 			return lastRec, lastErr
 		}
 		lastWrite = nil
@@ -344,6 +488,7 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 		if err != nil {
 			return nil, err
 		}
+		mark := markOf(r)
 		merr := mutate(r)
 		if merr != nil && !errors.Is(merr, ErrIllegalTransition) {
 			return r, merr
@@ -357,12 +502,13 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 				continue
 			case transient(err) && ctx.Err() == nil:
-				lastWrite, lastRec, lastErr = b, r, merr
+				lastWrite, lastRec, lastErr, lastMark = b, r, merr, mark
 				s.pause(ctx, attempt)
 				continue
 			}
 			return nil, fmt.Errorf("task: update %s: %w", id, err)
 		}
+		s.written(r, mark)
 		return r, merr
 	}
 	return nil, ErrConflict
@@ -448,4 +594,140 @@ func validKey(id string) bool {
 		}
 	}
 	return true
+}
+
+// Ping checks that the bucket's stream answers (a JetStream stream info
+// through its leader): what /readyz calls reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.kv.Status(ctx); err != nil {
+		return fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
+	}
+	return nil
+}
+
+// revCache holds, per task, the value and revision this process last wrote
+// (Create, Update), kept current by the store's watcher until the task ends:
+// the tracker's read before its compare-and-swap ([Store.Update]) is then
+// served from memory when the previous write was this process's own, as it
+// is for each event after the first. Only reads whose context carries
+// [withCachedReads] use it: a value another instance has just overwritten
+// may still be here until the watcher delivers the newer one, so it serves
+// only reads that a compare-and-swap guards. A lost race (a revision
+// mismatch) drops the entry, so the retry reads the store.
+type revCache struct {
+	mu sync.Mutex
+	m  map[string]revValue
+}
+
+type revValue struct {
+	rev uint64
+	val []byte
+}
+
+// maxCached bounds revCache; a new write past it evicts another task.
+const maxCached = 4096
+
+type cachedReadKey struct{}
+
+// withCachedReads marks ctx: [Store.Get] may answer from the values this
+// process last wrote (revCache).
+func withCachedReads(ctx context.Context) context.Context {
+	return context.WithValue(ctx, cachedReadKey{}, true)
+}
+
+func (c *revCache) get(id string) (uint64, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	return v.rev, v.val, ok
+}
+
+// wrote records a write of this process: value val at revision rev.
+func (c *revCache) wrote(id string, rev uint64, val []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]revValue{}
+	}
+	old, ok := c.m[id]
+	if ok && old.rev >= rev {
+		return
+	}
+	if !ok && len(c.m) >= maxCached {
+		for k := range c.m { // an arbitrary one (map order is random): recent writes are read next
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[id] = revValue{rev: rev, val: val}
+}
+
+// drop forgets id (a write failed or its outcome is unknown).
+func (c *revCache) drop(id string) {
+	c.mu.Lock()
+	delete(c.m, id)
+	c.mu.Unlock()
+}
+
+// observe applies a value the watcher delivered to a cached task: a newer
+// one replaces it; gone (deleted, ended, or not a record) forgets it.
+func (c *revCache) observe(id string, rev uint64, val []byte, gone bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.m[id]
+	switch {
+	case !ok || rev < old.rev:
+	case gone:
+		delete(c.m, id)
+	case rev > old.rev:
+		c.m[id] = revValue{rev: rev, val: val}
+	}
+}
+
+// writeThrough is the bucket as the store uses it: each successful create
+// or compare-and-swap of this process goes into the cache; any other write,
+// and every failed one, drops the key from it.
+type writeThrough struct {
+	jetstream.KeyValue
+	cache *revCache
+}
+
+func (w writeThrough) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := w.KeyValue.Create(ctx, key, value, opts...)
+	w.settled(key, rev, value, err)
+	return rev, err
+}
+
+func (w writeThrough) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	rev, err := w.KeyValue.Update(ctx, key, value, last)
+	w.settled(key, rev, value, err)
+	return rev, err
+}
+
+func (w writeThrough) settled(key string, rev uint64, value []byte, err error) {
+	if err != nil {
+		w.cache.drop(key)
+		return
+	}
+	w.cache.wrote(key, rev, value)
+}
+
+func (w writeThrough) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	w.cache.drop(key)
+	return w.KeyValue.Put(ctx, key, value)
+}
+
+func (w writeThrough) PutString(ctx context.Context, key string, value string) (uint64, error) {
+	w.cache.drop(key)
+	return w.KeyValue.PutString(ctx, key, value)
+}
+
+func (w writeThrough) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	w.cache.drop(key)
+	return w.KeyValue.Delete(ctx, key, opts...)
+}
+
+func (w writeThrough) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	w.cache.drop(key)
+	return w.KeyValue.Purge(ctx, key, opts...)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -161,9 +162,13 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	defer session.Close()
 
 	failures := 0
+	last := ""
 	for _, c := range demoCases {
 		fmt.Fprintf(out, "\n== %s\n", c.title)
 		got, err := runCase(ctx, out, session, c)
+		if err == nil {
+			last = got.TaskID
+		}
 		if err == nil {
 			var rec *task.Record
 			if rec, _, err = d.Service.Tasks.Get(ctx, got.TaskID); err == nil {
@@ -186,11 +191,39 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 			fmt.Fprintln(out, " — as expected")
 		}
 	}
+	if last != "" {
+		if err := showAudit(out, d, dir, last); err != nil {
+			fmt.Fprintf(out, "FAIL: audit trail: %v\n", err)
+			failures++
+		}
+	}
 	if failures > 0 {
 		return fmt.Errorf("demo: %d of %d cases did not end as expected", failures, len(demoCases))
 	}
 	fmt.Fprintf(out, "\ndemo: all %d cases ended as expected\n", len(demoCases))
 	return nil
+}
+
+// showAudit prints the audit trail of task id as an operator sees it
+// (`a2ad audit --task`): five records for a delegation whose artifact was
+// rejected. Records reach the stream off the host's path, so it waits for
+// them (at most 10 s).
+func showAudit(out io.Writer, d *daemon.Daemon, dir, id string) error {
+	fmt.Fprintf(out, "\n== what an operator sees: the audit trail of %s (a2ad audit --task %s)\n", id, id)
+	var page audit.Page
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := callJSON("GET", d.HTTPURL, "", dir, "/v1/audit?task="+id, nil, &page); err != nil {
+			return err
+		}
+		if len(page.Records) >= 5 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(page.Records) < 5 {
+		return fmt.Errorf("%d records of task %s, want 5", len(page.Records), id)
+	}
+	return printAudit(out, page.Records)
 }
 
 func waitDelegable(ctx context.Context, d *daemon.Daemon, id string) error {

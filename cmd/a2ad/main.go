@@ -38,7 +38,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newToken(), newBench())
+	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
 	return root
 }
 
@@ -70,16 +70,30 @@ func newServe() *cobra.Command {
 			override("nats-url", &cfg.NATSURL, o.NATSURL)
 			override("schemas-dir", &cfg.SchemasDir, o.SchemasDir)
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
+				cfg.NATSURL = v // an environment variable keeps a password off the command line
+			}
+			log, err := cfg.Log.NewLogger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			// Libraries that log through the standard loggers (the JWKS
+			// refresher) write in the same format.
+			slog.SetDefault(log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// SIGHUP is caught from now on: a reload (systemctl reload)
+			// while a2ad starts is applied once it runs, never fatal.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			d, err := daemon.Start(ctx, cfg, log, !stdio)
 			if err != nil {
 				return err
 			}
 			defer d.Stop()
-			log.Info("a2ad serving", "nats", d.NATSURL, "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
-			go reloadOnHUP(ctx, d, log)
+			log.Info("a2ad serving", "nats", daemon.RedactURLs(d.NATSURL), "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
+			go reloadOnHUP(ctx, d, log, hup)
 			if stdio {
 				err := d.MCP.Run(ctx, &mcp.StdioTransport{})
 				if ctx.Err() == nil && err != nil {
@@ -98,7 +112,7 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.DataDir, "data-dir", "./a2ad-data", "directory for the embedded NATS JetStream state")
 	f.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (MCP at /mcp, admin API at /v1/)")
 	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address")
-	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one")
+	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one (env A2AD_NATS_URL, which keeps a password out of the process list)")
 	f.StringVar(&o.SchemasDir, "schemas-dir", "", "directory of host JSON Schemas (draft-07); default: the built-in ones")
 	return cmd
 }
@@ -112,10 +126,7 @@ func mcpURL(d *daemon.Daemon) string {
 
 // reloadOnHUP reloads the host schemas on each SIGHUP until ctx ends. A
 // refused reload changes nothing and is logged with its reason.
-func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -102,10 +103,20 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 		"verdict: failed (artifact_rejected) — as expected",
 		"resume    input-required  working",
 		"demo: all 3 cases ended as expected",
+		"== what an operator sees: the audit trail of tsk-",
 	} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}
+	}
+	// The trail of the rejected artifact, in the order it happened.
+	trail := regexp.MustCompile(`(?s)task\.transition +host:demo-host +default +(tsk-\S+) +fraud-review +-→submitted \(submit\).*` +
+		`delegation\.accepted +host:demo-host +default +tsk-\S+ +fraud-review +brief=sha256:[0-9a-f]{64}.*` +
+		`task\.transition +agent:fraud-review +default .*submitted→working \(start\).*` +
+		`artifact\.verdict +daemon +default .* artifact risk-assessment invalid: /parts/0/data \(additionalProperties\).*` +
+		`task\.transition +daemon +default .*working→failed \(fail\) reason="artifact_rejected"`)
+	if !trail.Match(out) {
+		t.Errorf("demo output lacks the audit trail of C-13\n%s", out)
 	}
 }
 
@@ -449,5 +460,18 @@ func TestAgentsCLIApproveAndQuarantine(t *testing.T) {
 	if out, err := h.call("delegate", delegateArgs("C-8", 1999, "", 5)); err != nil || !strings.HasPrefix(out.ErrText, "agent_not_delegable:") ||
 		!strings.Contains(out.ErrText, "card under review") {
 		t.Errorf("delegate to a quarantined agent: %v %q", err, out.ErrText)
+	}
+}
+
+func TestServeLogsTheNATSURLWithoutItsPassword(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://a2ad:s3cret-pw@nats.a2ad.svc:4222":         "nats://a2ad:xxxxx@nats.a2ad.svc:4222",
+		"nats://127.0.0.1:4222":                            "nats://127.0.0.1:4222",
+		"nats://s3cret-token@127.0.0.1:4222":               "nats://xxxxx@127.0.0.1:4222",
+		"nats://a2ad:pw1@n1:4222, nats://a2ad:pw2@n2:4222": "nats://a2ad:xxxxx@n1:4222,nats://a2ad:xxxxx@n2:4222",
+	} {
+		if got := daemon.RedactURLs(in); got != want {
+			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -134,7 +134,7 @@ func newTasks() *cobra.Command {
 	var reason string
 	cancel := &cobra.Command{
 		Use:   "cancel ID [--reason R]",
-		Short: "Cancel an open task as its host would (the agent gets CancelTask); the reason goes to a2ad's log",
+		Short: "Cancel an open task as its host would (the agent gets CancelTask); the reason goes to the audit trail",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rec task.Record
@@ -145,7 +145,7 @@ func newTasks() *cobra.Command {
 			return f.showTask(cmd, raw, &rec)
 		},
 	}
-	cancel.Flags().StringVar(&reason, "reason", "", "why, for the log")
+	cancel.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (at most 1024 bytes)")
 	var watchFilter taskFilterFlags
 	watch := &cobra.Command{
 		Use:   "watch [--state s1,s2] [--agent A] [--tenant T]",
@@ -226,6 +226,9 @@ func (f *adminFlags) watch(ctx context.Context, q url.Values, stdout, stderr io.
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
+		if sc.Text() == "event: shutdown" {
+			return errors.New("watch: a2ad is shutting down; watch again (another instance, or this one once restarted)")
+		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
 			continue // event names, heartbeats, blank separators

@@ -107,6 +107,24 @@ func TestTasksListCancelWatchCLI(t *testing.T) {
 	if log := d.log.String(); !strings.Contains(log, `msg="task canceled by operator" task=`+open.TaskID+` by=admin:a2ad-cli reason="operator test"`) {
 		t.Errorf("the operator's reason is not in the log:\n%s", tail(log, 10))
 	}
+	// The operator's reason, and who gave it, are in the audit trail.
+	cancelAudit := regexp.MustCompile(`(?m)^\S+\s+task\.cancel_requested\s+operator:a2ad-cli\s+default\s+` + open.TaskID + `\s+fraud-review\s+reason="operator test"$`)
+	cancelMove := regexp.MustCompile(`(?m)^\S+\s+task\.transition\s+operator:a2ad-cli\s+default\s+` + open.TaskID + `\s+fraud-review\s+submitted→canceled \(cancel\) reason="canceled_by_host" trace=[0-9a-f]{32}$`)
+	var trail string
+	waitUntil(t, "the cancel in the audit trail", func() bool {
+		trail, err = cli("audit", "--task", open.TaskID)
+		return err == nil && cancelAudit.MatchString(trail) && cancelMove.MatchString(trail)
+	})
+	if !strings.HasPrefix(trail, "AT ") || !regexp.MustCompile(`(?m)^\S+\s+delegation\.accepted\s+host:\S+\s+default\s+`+open.TaskID+`\s+fraud-review\s+brief=sha256:[0-9a-f]{64} trace=[0-9a-f]{32}$`).MatchString(trail) {
+		t.Errorf("a2ad audit --task:\n%s", trail)
+	}
+	if out, err := cli("audit", "--task", open.TaskID, "--limit", "1"); err != nil || !strings.Contains(out, "submitted→canceled (cancel)") ||
+		strings.Contains(out, "task.cancel_requested") || !strings.Contains(out, "older records match too") {
+		t.Errorf("a2ad audit --limit 1 (the newest record, and a note that there are more): %v\n%s", err, out)
+	}
+	if out, err := cli("audit", "--kind", "Task"); err == nil || !strings.Contains(out, "invalid_argument: kind:") {
+		t.Errorf("a2ad audit --kind Task: %v\n%s", err, out)
+	}
 	if out, err := cli("tasks", "cancel", done.TaskID); err == nil || !strings.Contains(out, "task_terminal") {
 		t.Errorf("cancel of a completed task: %v\n%s", err, out)
 	}

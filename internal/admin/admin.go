@@ -16,6 +16,7 @@ import (
 
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
@@ -32,6 +33,12 @@ import (
 //	POST /v1/agents/{id}/approve     {"fingerprint":"sha256:…"} → Record (409 fingerprint_mismatch)
 //	POST /v1/agents/{id}/quarantine  {"reason":"…"} → Record
 //	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at"}
+//	GET /v1/audit          audit.Page: {"records":[audit.Record…],"more":bool}
+//
+// GET /v1/audit returns the newest records that match, oldest first; more
+// says older ones match too. It takes kind (one of audit.Kinds, or a
+// family such as agent.>), task, agent, tenant, since (an RFC 3339 time or
+// a Go duration back from now) and limit (1 to 1000, default 100).
 //
 // GET /v1/tasks takes state=s1,s2 (task states), agent, tenant,
 // older_than and newer_than (Go durations of the task's age),
@@ -44,7 +51,7 @@ import (
 //
 // GET /v1/tasks/watch takes state, agent and tenant; it reports changes
 // from the moment it answers, with a comment line every 15 s, until the
-// client goes. Any other parameter, or a bad value, is 400
+// client goes or a2ad stops (a final "event: shutdown"). Any other parameter, or a bad value, is 400
 // invalid_argument naming the parameter.
 //
 // A credential may be minted for an agent id not registered yet: an agent
@@ -54,11 +61,15 @@ import (
 // Records never carry unvalidated artifact content, nor the brief or
 // answer bytes waiting in a task's outbox. Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
-func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
+//
+// Every operator action (cancel, approve, quarantine, credential) is
+// recorded in opts.Audit with the operator's token subject.
+func Handler(svc *broker.Service, keys *agentcred.Keys, opts Options) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/audit", auditQuery(opts.JS))
 	mux.HandleFunc("GET /v1/tasks", listTasks(svc))
-	mux.HandleFunc("GET /v1/tasks/watch", watchTasks(svc))
-	mux.HandleFunc("POST /v1/tasks/{id}/cancel", cancelTask(svc))
+	mux.HandleFunc("GET /v1/tasks/watch", watchTasks(svc, opts.Stopping))
+	mux.HandleFunc("POST /v1/tasks/{id}/cancel", cancelTask(svc, opts.Audit))
 	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		rec, _, err := svc.Tasks.Get(r.Context(), r.PathValue("id"))
 		if errors.Is(err, task.ErrNotFound) {
@@ -98,6 +109,9 @@ func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
 			return
 		}
 		rec, err := svc.Agents.Approve(r.Context(), r.PathValue("id"), body.Fingerprint)
+		if err == nil {
+			opts.Audit.Append(agentRecord(r, audit.KindAgentApproved, rec, ""))
+		}
 		agentAnswer(w, rec, err)
 	})
 	mux.HandleFunc("POST /v1/agents/{id}/quarantine", func(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +121,14 @@ func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
 		if !decodeBody(w, r, &body) {
 			return
 		}
+		if len(body.Reason) > 1024 {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "reason: longer than 1024 bytes")
+			return
+		}
 		rec, err := svc.Agents.Quarantine(r.Context(), r.PathValue("id"), body.Reason)
+		if err == nil {
+			opts.Audit.Append(agentRecord(r, audit.KindAgentQuarantined, rec, body.Reason))
+		}
 		agentAnswer(w, rec, err)
 	})
 	mux.HandleFunc("POST /v1/agents/{id}/credential", func(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +153,9 @@ func Handler(svc *broker.Service, keys *agentcred.Keys) http.Handler {
 			writeErr(w, http.StatusInternalServerError, "internal", err.Error())
 			return
 		}
+		rec := agentRecord(r, audit.KindAgentCredential, nil, "")
+		rec.AgentID, rec.ExpiresAt = id, &exp
+		opts.Audit.Append(rec)
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC()})
 	})

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -239,7 +240,7 @@ func listTasks(svc *broker.Service) http.HandlerFunc {
 // cancelTask cancels through the hosts' path (broker.Service.Cancel), for
 // the task's own tenant, so the agent gets CancelTask as it would from a
 // host. The history's transition is by "admin:<token subject>".
-func cancelTask(svc *broker.Service) http.HandlerFunc {
+func cancelTask(svc *broker.Service, log *audit.Log) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Reason string `json:"reason"`
@@ -265,6 +266,13 @@ func cancelTask(svc *broker.Service) http.HandlerFunc {
 		if p, ok := mcpedge.PrincipalFromContext(r.Context()); ok && p.Subject != "" {
 			by = "admin:" + p.Subject
 		}
+		if !rec.State.Terminal() {
+			// The operator's words and who gave them; the transition
+			// itself is recorded with the task's write.
+			ar := operatorRecord(r, audit.KindTaskCancelRequested)
+			ar.Tenant, ar.TaskID, ar.AgentID, ar.Reason = rec.Tenant, rec.ID, rec.AgentID, body.Reason
+			log.Append(ar)
+		}
 		rec, err = svc.Cancel(r.Context(), broker.Principal{Subject: by, Tenant: rec.Tenant}, id)
 		switch {
 		case errors.Is(err, task.ErrNotFound):
@@ -278,7 +286,7 @@ func cancelTask(svc *broker.Service) http.HandlerFunc {
 			return
 		}
 		// The record keeps the broker's reason code (canceled_by_host);
-		// the operator's words go to the log, with who gave them.
+		// the operator's words go to the audit trail and the log.
 		if svc.Log != nil {
 			svc.Log.Info("task canceled by operator", "task", id, "by", by, "reason", body.Reason, "state", rec.State)
 		}
@@ -302,7 +310,7 @@ func decodeBodyOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 // data a TaskChange): a task's write is reported when it records a
 // transition or changes the state or reason. An SSE comment goes every
 // heartbeatEvery. Its KV watcher ends with the request.
-func watchTasks(svc *broker.Service) http.HandlerFunc {
+func watchTasks(svc *broker.Service, stopping <-chan struct{}) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f, _, _, err := parseQuery(r.URL.Query(), "state", "agent", "tenant")
 		if err != nil {
@@ -333,6 +341,12 @@ func watchTasks(svc *broker.Service) http.HandlerFunc {
 			var msg []byte
 			select {
 			case <-ctx.Done():
+				return
+			case <-stopping:
+				// a2ad is shutting down: say so, so that a client
+				// reconnects (to another instance) rather than guess.
+				_, _ = io.WriteString(w, "event: shutdown\ndata: {}\n\n")
+				_ = rc.Flush()
 				return
 			case <-beat.C:
 				msg = []byte(": heartbeat\n\n")

@@ -40,7 +40,7 @@ func newAPI(t *testing.T) *api {
 		t.Fatal(err)
 	}
 	svc := &broker.Service{Tasks: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv := httptest.NewServer(Handler(svc, nil))
+	srv := httptest.NewServer(Handler(svc, nil, Options{}))
 	t.Cleanup(srv.Close)
 	return &api{t: t, url: srv.URL, store: st, js: js}
 }

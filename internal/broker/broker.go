@@ -24,6 +24,7 @@ import (
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/task"
 )
 
@@ -73,6 +74,10 @@ type Service struct {
 	// dropped before the brief is built and listed in
 	// task.Record.DroppedEvidence. No entry: all evidence goes.
 	EvidenceAllow map[string]*brief.Allowlist
+
+	// OnDelegate, if set, is called once per Delegate call, after it, with
+	// its outcome. It must not block.
+	OnDelegate func(ctx context.Context, d Delegation)
 
 	schedOnce sync.Once
 	sched     *scheduler
@@ -129,6 +134,34 @@ func idempotentTaskID(tenant, key string) string {
 // brief is redelivered with the same messageId until the agent answers or
 // the deadline passes (docs/durability.md).
 func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest) (*task.Record, error) {
+	start := time.Now()
+	created := ""
+	r, err := s.delegate(ctx, p, &req, &created)
+	if s.OnDelegate != nil {
+		d := Delegation{Principal: p, Request: &req, Task: r, Err: err, Start: start}
+		if err != nil {
+			d.Withdrawn = created
+		}
+		s.OnDelegate(ctx, d)
+	}
+	return r, err
+}
+
+// Delegation is one Delegate call as OnDelegate sees it.
+type Delegation struct {
+	Principal Principal
+	Request   *DelegateRequest
+	// Task is the task the host got: nil when refused; for an idempotent
+	// retry, the existing task (created before Start).
+	Task  *task.Record
+	Err   error
+	Start time.Time
+	// Withdrawn is the id of a task this call created and removed again
+	// (the agent was offline, or refused the brief); "" otherwise.
+	Withdrawn string
+}
+
+func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateRequest, created *string) (*task.Record, error) {
 	if _, _, err := s.Agents.ForDelegation(ctx, p.Tenant, req.Agent, req.Skill); err != nil {
 		if errors.Is(err, agentcard.ErrAgentNotFound) {
 			return nil, fmt.Errorf("%w: no agent %q is visible to this principal", err, req.Agent)
@@ -176,7 +209,8 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 		IdempotencyKey: req.IdempotencyKey, DroppedEvidence: dropped, State: task.Submitted, Turns: 1,
 		Deadline:  now.Add(time.Duration(b.Budget.DeadlineSeconds) * time.Second),
 		CreatedAt: now, UpdatedAt: now,
-		History: []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: p.Subject}},
+		History:     []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: p.Subject}},
+		TraceParent: tracing.Traceparent(ctx),
 	}
 	md := metadata(r)
 	params, err := json.Marshal(a2a.SendMessageRequest{
@@ -192,12 +226,13 @@ func (s *Service) Delegate(ctx context.Context, p Principal, req DelegateRequest
 	for attempt := 0; ; attempt++ {
 		err := s.Tasks.Create(ctx, r)
 		if err == nil {
+			*created = id
 			break
 		}
 		if !errors.Is(err, task.ErrExists) || req.IdempotencyKey == "" {
 			return nil, err
 		}
-		prev, err := s.replay(ctx, p, id, b.Digest(), req)
+		prev, err := s.replay(ctx, p, id, b.Digest(), *req)
 		if !errors.Is(err, task.ErrNotFound) || attempt > 0 {
 			return prev, err
 		}
@@ -290,9 +325,17 @@ func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait ti
 	if wait > MaxWait {
 		wait = MaxWait
 	}
-	ch, stop := s.Tasks.Subscribe(id)
-	defer stop()
-	r, err := s.Get(ctx, p, id)
+	if !natsbind.ValidToken(id) {
+		return nil, task.ErrNotFound
+	}
+	// Each change comes with its value from the store's watcher: after the
+	// first read, waking up costs no read of the record.
+	f := s.Tasks.Follow(id)
+	defer f.Stop()
+	r, rev, err := s.Tasks.Get(ctx, id)
+	if err == nil && r.Tenant != p.Tenant {
+		r, err = nil, task.ErrNotFound
+	}
 	if err != nil || wait <= 0 || done(r) {
 		return r, err
 	}
@@ -305,13 +348,16 @@ func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait ti
 			return r, nil
 		case <-timer.C:
 			return r, nil
-		case <-ch:
+		case <-f.C():
 		}
-		nr, err := s.Get(context.WithoutCancel(ctx), p, id)
+		nr, nrev, err := f.Latest()
+		if nrev <= rev {
+			continue // a change the first read already had
+		}
 		if err != nil {
 			return r, err
 		}
-		r = nr
+		r, rev = nr, nrev
 		if onChange != nil && !r.UpdatedAt.Equal(last) {
 			onChange(r)
 		}

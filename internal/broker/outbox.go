@@ -13,6 +13,7 @@ import (
 	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
+	"github.com/nats-io/nats.go"
 )
 
 // Delivery timing. A delivery holds a lease of Lease on the task's outbox:
@@ -67,31 +68,54 @@ func classify(err error) outcome {
 // attempts (redeliveries) never remove a task.
 func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*task.Record, error) {
 	o := *r.Outbox
+	brief := first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1)
+	var follow *task.Follower
+	if brief {
+		// Followed from before the send: the agent's first event may be
+		// applied before its reply is here.
+		follow = s.Tasks.Follow(r.ID)
+		defer func() {
+			if follow != nil {
+				follow.Stop()
+			}
+		}()
+	}
 	timeout := sendTimeout
 	if o.Method == a2a.MethodCancelTask {
 		timeout = cancelTimeout
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	res, err := s.Client.Call(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), nil)
+	var hdr nats.Header
+	if r.TraceParent != "" {
+		hdr = nats.Header{natsbind.HeaderTraceparent: []string{r.TraceParent}}
+	}
+	res, err := s.Client.Call(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), hdr)
 	cancel()
 	if err == nil && o.Method == a2a.MethodSendMessage {
 		_, err = decodeTaskReply(res)
 	}
 	out := classify(err)
-	if first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1) {
+	if brief {
 		failpoint.Hit("delegate-after-send")
 	}
 	bg := context.WithoutCancel(ctx)
 	switch {
-	case out == delivered && first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1):
+	case out == delivered && brief:
 		// The host need not wait for the outbox to be cleared: until it is,
 		// a crash only means a redelivery the agent recognises. The host
 		// gets the record as the reply makes it; the store catches up.
 		view := r.Clone()
-		if at, _ := decodeTaskReply(res); at != nil {
+		at, _ := decodeTaskReply(res)
+		if at != nil {
 			_, _, _ = applyReply(view, o, at, time.Now().UTC())
 		}
+		f := follow
+		follow = nil // the settle stops it
 		s.background(func() {
+			defer f.Stop()
+			if s.settledByEvent(f, o, at) {
+				return
+			}
 			if _, err := s.settle(bg, r.ID, o, res); err != nil {
 				s.Log.Warn("delivered brief not recorded; it will be redelivered", "task", r.ID, "err", err)
 			}
@@ -213,6 +237,73 @@ func decodeTaskReply(res []byte) (*a2a.Task, error) {
 		return nil, fmt.Errorf("%w: agent answered SendMessage with a message, not a task", a2a.ErrDecode)
 	}
 	return resp.Task, nil
+}
+
+// briefSettleGrace is how long the settle of a delivered brief waits for
+// the agent's first event to do its work: applying the event clears the
+// brief from the outbox, learns the agent's ids and moves the task to
+// working, which is all the settle would write. Most agents report at once;
+// the settle's write is saved, and so is its compare-and-swap race with the
+// event's (which costs the loser a read and a backoff). Well inside the
+// lease, so a silent agent's task is settled before any redelivery.
+const briefSettleGrace = 250 * time.Millisecond
+
+// settledByEvent waits, at most briefSettleGrace, until the task as the
+// store's watcher reports it (f) needs nothing of the delivered brief o and
+// the agent's reply at: true then, or when the task was removed. False when
+// the grace ends, the scheduler stops or the task ended meanwhile (a
+// cancel may owe the agent a CancelTask): settle then.
+func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task) bool {
+	t := time.NewTimer(briefSettleGrace)
+	defer t.Stop()
+	stopping := s.scheduler().stopping
+	for {
+		select {
+		case <-t.C:
+			return false
+		case <-stopping:
+			return false
+		case <-f.C():
+		}
+		val, rev, deleted := f.LatestBytes()
+		switch {
+		case deleted:
+			return true
+		case rev == 0:
+			continue
+		}
+		// Only what applyReply looks at is decoded.
+		var cur struct {
+			State       task.State     `json:"state"`
+			AgentTaskID string         `json:"agent_task_id"`
+			ContextID   string         `json:"context_id"`
+			Outbox      *task.Outbound `json:"outbox"`
+		}
+		if json.Unmarshal(val, &cur) != nil {
+			return false
+		}
+		if !replyChanges(cur.State, cur.AgentTaskID, cur.ContextID, cur.Outbox, o, at) {
+			return true
+		}
+		if cur.State.Terminal() {
+			return false
+		}
+	}
+}
+
+// replyChanges reports whether applyReply would change a record in state,
+// with the agent's ids and the outbox given, for the delivered outbox o and
+// the agent's reply at.
+func replyChanges(state task.State, agentTaskID, contextID string, outbox *task.Outbound, o task.Outbound, at *a2a.Task) bool {
+	if sameOutbox(outbox, o) {
+		return true
+	}
+	if at == nil {
+		return false
+	}
+	to, ok := task.FromWire(at.Status.State)
+	return (agentTaskID == "" && at.ID != "") || (contextID == "" && at.ContextID != "") ||
+		(ok && state == task.Submitted && to == task.Working)
 }
 
 // settle records a delivered outbox: it is cleared, and a SendMessage reply
@@ -373,6 +464,8 @@ type scheduler struct {
 	byID     map[string]*dueItem
 	inflight map[string]bool // being acted on; true: fell due again meanwhile
 	wake     chan struct{}
+	stopping chan struct{} // closed when run returns
+	stopOnce sync.Once
 }
 
 type dueItem struct {
@@ -396,7 +489,7 @@ func (h *dueHeap) Pop() any {
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{byID: map[string]*dueItem{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1)}
+	return &scheduler{byID: map[string]*dueItem{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
 // set schedules id at due, or forgets it when due is zero.
@@ -449,6 +542,7 @@ func (sc *scheduler) Len() int {
 
 // run dispatches due tasks until ctx ends.
 func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) time.Time) {
+	defer sc.stopOnce.Do(func() { close(sc.stopping) })
 	sem := make(chan struct{}, workers)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

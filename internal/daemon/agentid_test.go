@@ -140,6 +140,7 @@ func TestAgentCredentialConfinesAConnectionToItsOwnSubjects(t *testing.T) {
 		"a2a.events.>",          // every agent's events
 		"a2a.registry.register", // registrations, with their credentials
 		"$KV.a2ad_tasks.>",      // task records
+		"a2ad.audit.>",          // the audit trail
 		"_A2AD_INBOX.>",         // the daemon's inbox, where KV watches deliver
 		"$JS.API.>",             // JetStream's API
 		">",
@@ -165,6 +166,11 @@ func TestAgentCredentialConfinesAConnectionToItsOwnSubjects(t *testing.T) {
 	}
 	_ = ncA.Flush()
 	errs.violation(t, "publish", forgedEvent)
+	// agent-a forges an audit record: refused too.
+	forgedAudit := "a2ad.audit.agent.approved"
+	_ = ncA.Publish(forgedAudit, []byte(`{"kind":"agent.approved","agent_id":"agent-a"}`))
+	_ = ncA.Flush()
+	errs.violation(t, "publish", forgedAudit)
 	// Its own events are acknowledged by JetStream.
 	own := nats.NewMsg(natsbind.EventsSubject("agent-a", "tsk-own"))
 	own.Data = []byte(`{"statusUpdate":{"taskId":"x","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}`)
@@ -456,7 +462,48 @@ func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
 	_ = nc.Publish("$JS.API.STREAM.LIST", nil)
 	_ = nc.Flush()
 	errs.violation(t, "publish", "$JS.API.STREAM.LIST")
+	_ = nc.Publish("a2ad.audit.agent.approved", []byte(`{}`))
+	_ = nc.Flush()
+	errs.violation(t, "publish", "a2ad.audit.agent.approved")
 	if _, err := nats.Connect("nats://fraud-review:guess@"+hostPort, nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("a wrong password: %v, want an authorization violation", err)
+	}
+}
+
+// a2ad's own NATS user may do anything but erase the audit trail: on the
+// embedded server (and with deploy/nats-cluster/accounts.conf) deleting or
+// purging A2AD_AUDIT, or a record of it, is a permissions violation.
+func TestNoOneErasesTheAuditTrail(t *testing.T) {
+	d := startEmbedded(t)
+	pw, err := os.ReadFile(daemon.DaemonPasswordPath(d.Config.DataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs asyncErrs
+	op, err := nats.Connect(d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))), nats.ErrorHandler(errs.handler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	js, _ := jetstream.New(op)
+	try := func(what, subject string, f func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := f(ctx); err == nil {
+			t.Errorf("a2ad's user could %s", what)
+		}
+		errs.violation(t, "publish", subject)
+	}
+	try("delete the audit stream", "$JS.API.STREAM.DELETE.A2AD_AUDIT", func(ctx context.Context) error { return js.DeleteStream(ctx, "A2AD_AUDIT") })
+	st, err := js.Stream(context.Background(), "A2AD_AUDIT")
+	if err != nil {
+		t.Fatalf("the audit stream: %v", err)
+	}
+	try("purge the audit stream", "$JS.API.STREAM.PURGE.A2AD_AUDIT", func(ctx context.Context) error { return st.Purge(ctx) })
+	try("delete an audit record", "$JS.API.STREAM.MSG.DELETE.A2AD_AUDIT", func(ctx context.Context) error { return st.DeleteMsg(ctx, 1) })
+	// Its other streams stay its own to manage.
+	if _, err := js.Stream(context.Background(), "KV_a2ad_tasks"); err != nil {
+		t.Errorf("a2ad's user lost its task bucket: %v", err)
 	}
 }

@@ -7,11 +7,16 @@ package daemon
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
 	"go.yaml.in/yaml/v3"
 )
@@ -24,6 +29,12 @@ type Config struct {
 	// HTTPAddr serves MCP at /mcp, the admin API at /v1/ and /healthz
 	// (default 127.0.0.1:8080; port 0 picks a free one).
 	HTTPAddr string `yaml:"http_addr"`
+	// PublicURL is the base URL hosts reach a2ad at when it differs from
+	// the listener's (behind a proxy or a Kubernetes Service), e.g.
+	// https://a2ad.example.com: the default token audience is PublicURL +
+	// "/mcp" and the protected resource metadata (RFC 9728) names it.
+	// Default: http://<http_addr>.
+	PublicURL string `yaml:"public_url"`
 	// NATSListen is the embedded server's client address (default
 	// 127.0.0.1:4222; port -1 picks a free one).
 	NATSListen string `yaml:"nats_listen"`
@@ -48,6 +59,47 @@ type Config struct {
 	// Auth configures the verification of hosts' bearer tokens on HTTP
 	// (every HTTP caller needs one). Empty: the development key in DataDir.
 	Auth mcpedge.AuthConfig `yaml:"auth"`
+	// Log configures a2ad's own log on stderr (not the audit trail).
+	Log LogConfig `yaml:"log"`
+	// Audit configures the audit trail's JetStream stream (A2AD_AUDIT).
+	Audit audit.Config `yaml:"audit"`
+	// Tracing configures OpenTelemetry tracing.
+	Tracing tracing.Config `yaml:"tracing"`
+}
+
+// LogConfig configures the log.
+type LogConfig struct {
+	// Level is debug, info (default), warn or error.
+	Level string `yaml:"level"`
+	// Format is text (default: logfmt-style key=value lines) or json (one
+	// JSON object per line).
+	Format string `yaml:"format"`
+}
+
+// NewLogger returns the slog.Logger c describes, writing to w; an unknown
+// level or format is an error naming the accepted values.
+func (c LogConfig) NewLogger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	switch strings.ToLower(c.Level) {
+	case "", "info":
+		level = slog.LevelInfo
+	case "debug":
+		level = slog.LevelDebug
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return nil, fmt.Errorf("config: log.level %q: want debug, info, warn or error", c.Level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(c.Format) {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("config: log.format %q: want text or json", c.Format)
 }
 
 // AgentConfig configures one agent.

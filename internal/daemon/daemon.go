@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,10 +27,13 @@ import (
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/jsretry"
+	"github.com/a2ad/a2ad/internal/metrics"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -53,8 +57,14 @@ type Daemon struct {
 	// AgentKeys mint and verify agent credentials (shared by every
 	// instance through the a2ad_secrets bucket).
 	AgentKeys *agentcred.Keys
+	// Metrics are served at /metrics.
+	Metrics *metrics.Metrics
+	// Audit is the audit trail's writer.
+	Audit *audit.Log
 
 	log    *slog.Logger
+	obs    *observer
+	tracer *tracing.Provider
 	ns     *server.Server
 	keys   atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
 	lock   *os.File
@@ -67,17 +77,21 @@ type Daemon struct {
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
 // opened. Stop releases everything.
-func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*Daemon, error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_ *Daemon, err error) {
 	started := time.Now()
 	cfg = cfg.withDefaults()
-	d := &Daemon{Config: cfg, log: log}
+	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
+	d.obs = newObserver(nil, d.Metrics)
+	refusals := newRefusalLog(log)
 	ok := false
 	defer func() {
+		if !ok && d.nc != nil && !d.nc.IsConnected() && cfg.NATSURL != "" {
+			err = fmt.Errorf("NATS at %s not reachable (waited since start): %w", RedactURLs(cfg.NATSURL), err)
+		}
 		if !ok {
 			d.Stop()
 		}
 	}()
-	var err error
 	if cfg.NATSURL == "" {
 		storeDir := filepath.Join(cfg.DataDir, "jetstream")
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
@@ -94,17 +108,23 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
 			VerifyAgent: d.verifyAgent,
-			AuthRefused: newRefusalLog(log).refused})
+			AuthRefused: func(remote string, err error) {
+				d.obs.natsRefused(err)
+				refusals.refused(remote, err)
+			}})
 		if err != nil {
 			return nil, err
 		}
 		d.NATSURL = d.ns.ClientURL()
 		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"), nats.UserInfo(embedded.DaemonUser, password),
-			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix))
+			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(log))
 	} else {
 		d.NATSURL = cfg.NATSURL
+		// RetryOnFailedConnect: a NATS cluster that is still starting
+		// (systemd, Kubernetes) is waited for; the bucket set-up below
+		// retries for a minute before a2ad gives up.
 		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix),
+			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(log),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 	}
@@ -115,6 +135,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if err != nil {
 		return nil, err
 	}
+	d.Metrics.WatchNATS(d.nc)
+	if d.tracer, err = tracing.New(cfg.Tracing, mcpedge.Implementation.Version); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if d.Audit, err = audit.Open(ctx, js, cfg.Audit, cfg.Replicas, instanceName(), log); err != nil {
+		return nil, err
+	}
+	d.obs.audit = d.Audit
+	d.Metrics.WatchAudit(d.Audit)
 	if d.AgentKeys, err = AgentKeys(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
@@ -164,11 +193,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
-		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence, EvidenceAllow: allow}
-	store, err := task.NewStore(runCtx, js, cfg.Replicas, d.Service.Track)
+		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence, EvidenceAllow: allow,
+		OnDelegate: d.obs.delegated}
+	store, err := task.NewStore(runCtx, js, cfg.Replicas, func(sn task.Snapshot) {
+		d.Service.Track(sn)
+		d.obs.track(sn)
+	})
 	if err != nil {
 		return nil, err
 	}
+	store.OnWrite = d.obs.taskWritten
 	d.Service.Tasks = store
 	d.wg.Add(2)
 	go func() {
@@ -218,18 +252,30 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	if err != nil {
 		return nil, err
 	}
-	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey})
+	stopping := make(chan struct{})
+	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
+		Stopping: stopping})
 	if serveHTTP {
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
 		d.HTTPURL = "http://" + ln.Addr().String()
-		d.Auth, err = mcpedge.NewAuthenticator(cfg.Auth, cfg.DataDir, d.HTTPURL)
+		public := d.HTTPURL
+		if cfg.PublicURL != "" {
+			u, perr := url.Parse(cfg.PublicURL)
+			if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+				ln.Close()
+				return nil, fmt.Errorf("config: public_url %q: want an http(s) base URL such as https://a2ad.example.com", cfg.PublicURL)
+			}
+			public = strings.TrimSuffix(cfg.PublicURL, "/")
+		}
+		d.Auth, err = mcpedge.NewAuthenticator(cfg.Auth, cfg.DataDir, public)
 		if err != nil {
 			ln.Close()
 			return nil, err
 		}
+		d.Auth.OnRefused = d.obs.httpRefused
 		if d.Auth.Development() {
 			// `a2ad token mint` signs for this audience by default.
 			if err := os.WriteFile(filepath.Join(cfg.DataDir, "auth", "audience"), []byte(d.Auth.Audience()+"\n"), 0o600); err != nil {
@@ -240,12 +286,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys))))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping}))))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
+		mux.Handle("/metrics", d.Metrics.Handler())
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// Shutdown ends MCP waits (they return the task as it is; the
+		// task goes on) and admin watches at once.
+		d.http.RegisterOnShutdown(func() { close(stopping) })
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
@@ -256,6 +306,46 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (*
 	}
 	ok = true
 	return d, nil
+}
+
+// RedactURLs returns a comma-separated list of URLs (a nats_url) with each
+// password, or user part without one (which NATS takes for a token), as
+// "xxxxx" (url.URL.Redacted), for logs and messages.
+func RedactURLs(list string) string {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil {
+			out = append(out, "(unparsable URL)")
+			continue
+		}
+		if p.User != nil {
+			if _, has := p.User.Password(); !has {
+				p.User = url.User("xxxxx")
+			}
+		}
+		out = append(out, p.Redacted())
+	}
+	return strings.Join(out, ",")
+}
+
+// natsErrors sends the NATS client's asynchronous errors (a slow consumer,
+// a permission error) to the log instead of its default, which prints to
+// stderr past the log's format.
+func natsErrors(log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subject := ""
+		if sub != nil {
+			subject = sub.Subject
+		}
+		log.Warn("NATS error", "subject", subject, "err", err)
+	})
+}
+
+// instanceName names this a2ad in audit records: host name and process id.
+func instanceName() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", cmp.Or(h, "localhost"), os.Getpid())
 }
 
 // refusalLog logs refused NATS connections, each reason at most once per
@@ -384,22 +474,44 @@ type Readiness struct {
 	// Scheduled is the number of tasks whose deadline or redelivery this
 	// instance watches.
 	Scheduled int `json:"scheduled"`
+	// KV is "ok" when the task bucket's stream answered within 2 s, else
+	// why not.
+	KV string `json:"kv"`
+	// Loaded is true once every stored task is tracked.
+	Loaded bool `json:"loaded"`
+	// Audit is "ok" while audit records are being stored, else why not.
+	// It does not make a2ad unready (delegations go on; the records wait
+	// in memory): alert on it, or on a2ad_audit_queue_records.
+	Audit string `json:"audit"`
 }
 
-// Ready reports readiness (the /readyz body).
-func (d *Daemon) Ready() Readiness {
-	rd := Readiness{NATS: d.nc.Status().String(), OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled()}
+// Ready reports readiness (the /readyz body): NATS connected, the task
+// bucket reachable (a stream info request, at most 2 s), every stored task
+// tracked.
+func (d *Daemon) Ready(ctx context.Context) Readiness {
+	rd := Readiness{NATS: d.nc.Status().String(), OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled(), KV: "ok",
+		Audit: d.Audit.Health()}
 	select {
 	case <-d.Service.Tasks.Loaded():
-		rd.Ready = d.nc.IsConnected()
+		rd.Loaded = true
 	default:
 	}
+	if !d.nc.IsConnected() {
+		rd.KV = "not checked: NATS is not connected"
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := d.Service.Tasks.Ping(cctx); err != nil {
+			rd.KV = err.Error()
+		}
+	}
+	rd.Ready = rd.Loaded && d.nc.IsConnected() && rd.KV == "ok"
 	return rd
 }
 
 // ready serves /readyz: 200 with [Readiness] when ready, else 503 with it.
-func (d *Daemon) ready(w http.ResponseWriter, _ *http.Request) {
-	rd := d.Ready()
+func (d *Daemon) ready(w http.ResponseWriter, r *http.Request) {
+	rd := d.Ready(r.Context())
 	w.Header().Set("Content-Type", "application/json")
 	if !rd.Ready {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -469,6 +581,9 @@ func (d *Daemon) register(m *nats.Msg) {
 			resp.Code = natsbind.RegisterForbidden
 		}
 		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
+		// The actor is the agent the credential speaks for: none when it
+		// did not verify (the claimed id is only the record's agent id).
+		d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: cred}, req.AgentID, nil, resp.Code)
 	} else if replyAs = req.AgentID; !agentInbox(m.Reply, replyAs) {
 		// Checked before registering: nothing a request without a proper
 		// inbox asks for is done.
@@ -478,9 +593,11 @@ func (d *Daemon) register(m *nats.Msg) {
 		if err != nil {
 			resp.Code, resp.Error = natsbind.RegisterInvalid, err.Error()
 			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, nil, cardRefusalCode(err))
 		} else {
 			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
 			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, rec, "")
 		}
 	}
 	// a2ad's own connection may publish anywhere, so the reply subject,
@@ -546,12 +663,14 @@ func safeID(id string) string {
 func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 	f := &agentcard.Fetcher{}
 	etag := ""
+	var seen agentcard.Record
 	for {
 		wait := agentcard.NoCacheRefresh
 		res, err := f.Fetch(ctx, url, etag)
 		switch {
 		case err != nil:
 			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, "fetch_failed")
 			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 		case res.NotModified:
 			wait = time.Until(res.Next)
@@ -560,11 +679,16 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
 			if err != nil {
 				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
+				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, cardRefusalCode(err))
 				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 				break
 			}
 			etag = res.ETag
 			d.log.Info("agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			if rec.Fingerprint != seen.Fingerprint || rec.Status != seen.Status {
+				seen = *rec // a refetch of the same card is not an event
+				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, rec, "")
+			}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -590,6 +714,8 @@ func (d *Daemon) Stop() {
 			d.cancel()
 		}
 		d.wg.Wait()
+		d.Audit.Close(5 * time.Second)
+		d.tracer.Shutdown()
 		if d.nc != nil {
 			_ = d.nc.Drain()
 			d.nc.Close()

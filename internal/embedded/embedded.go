@@ -61,6 +61,24 @@ func AgentPermissions(agentID string) *server.Permissions {
 	}
 }
 
+// AuditStream is the audit trail's stream (internal/audit.Stream).
+const AuditStream = "A2AD_AUDIT"
+
+// DaemonPermissions are those of a2ad's own user: everything, except
+// deleting the audit stream, purging it or deleting a record of it through
+// the JetStream API (the stream's deny_delete and deny_purge refuse the
+// last two as well; no configuration refuses a stream delete).
+func DaemonPermissions() *server.Permissions {
+	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: AuditDenied()}}
+}
+
+// AuditDenied are the JetStream API subjects that would erase audit
+// records: deny them to every user, a2ad's included
+// (deploy/nats-cluster/accounts.conf does the same).
+func AuditDenied() []string {
+	return []string{"$JS.API.STREAM.DELETE." + AuditStream, "$JS.API.STREAM.PURGE." + AuditStream, "$JS.API.STREAM.MSG.DELETE." + AuditStream}
+}
+
 // AgentInboxPrefix is the inbox prefix an agent's connection must use
 // (nats.CustomInboxPrefix): _INBOX_<agentID>.
 func AgentInboxPrefix(agentID string) string { return "_INBOX_" + agentID }
@@ -84,7 +102,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 			a.fail(c, errors.New("wrong password for user "+DaemonUser))
 			return false
 		}
-		c.RegisterUser(&server.User{Username: DaemonUser})
+		c.RegisterUser(&server.User{Username: DaemonUser, Permissions: DaemonPermissions()})
 		return true
 	}
 	token := o.Token

@@ -1,0 +1,155 @@
+// Package metrics defines a2ad's Prometheus metrics (prometheus/client_golang)
+// and serves them at /metrics. Names follow the Prometheus conventions:
+// the a2ad_ prefix, _total for counters, _seconds for durations. Labels hold
+// only bounded sets: agent ids (configured or registered), task states, a2ad's
+// own outcome and reason codes — never tenants, subjects or task ids.
+//
+// Counters count what this instance did; across instances sharing a NATS
+// cluster, sum them. Gauges of tasks by state are each instance's view of
+// the shared task bucket, so every instance reports the same values.
+package metrics
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds a2ad's collectors on their own registry (with the Go
+// runtime and process collectors).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	// Delegations counts Delegate calls by agent and outcome: "accepted",
+	// "replayed" (an idempotent retry) or the refusal's code
+	// (agent_offline, invalid_argument, …).
+	Delegations *prometheus.CounterVec
+	// DelegateSeconds is the time of a Delegate call (agent lookup, brief,
+	// task record, SendMessage and the agent's reply), by outcome.
+	DelegateSeconds *prometheus.HistogramVec
+	// Transitions counts applied task transitions by agent, target state
+	// and source (host, agent, daemon).
+	Transitions *prometheus.CounterVec
+	// TransitionsRefused counts events the lifecycle refused, by agent,
+	// event and source.
+	TransitionsRefused *prometheus.CounterVec
+	// TasksEnded counts tasks reaching a terminal state, by agent, state
+	// and reason code.
+	TasksEnded *prometheus.CounterVec
+	// FirstResponseSeconds is the time from a task's submission to its
+	// first transition caused by the agent, by agent.
+	FirstResponseSeconds *prometheus.HistogramVec
+	// CompletionSeconds is the time from submission to a terminal state,
+	// by agent and state.
+	CompletionSeconds *prometheus.HistogramVec
+	// ArtifactVerdicts counts artifact verdicts by agent and verdict
+	// (valid, invalid).
+	ArtifactVerdicts *prometheus.CounterVec
+	// AuthFailures counts refused credentials by edge (http: hosts' bearer
+	// tokens; nats: agents' NATS credentials) and reason.
+	AuthFailures *prometheus.CounterVec
+	// Tasks is the number of tasks in each non-terminal state, as this
+	// instance's watcher of the task bucket sees them.
+	Tasks *prometheus.GaugeVec
+}
+
+// latencyBuckets span 250 µs to 1 min: delegations take milliseconds, an
+// agent's first answer up to its budget.
+var latencyBuckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// taskBuckets span 1 ms to 1 day: tasks may wait for a person.
+var taskBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400}
+
+// New registers every metric on a new registry.
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	f := func(c prometheus.Collector) { m.Registry.MustRegister(c) }
+	m.Delegations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_delegations_total",
+		Help: "Delegate calls by agent and outcome: accepted, replayed (idempotent retry) or the refusal code."}, []string{"agent", "outcome"})
+	m.DelegateSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2ad_delegate_duration_seconds",
+		Help:    "Time of a Delegate call until the host has its task: agent lookup, brief, task record, SendMessage and the agent's reply.",
+		Buckets: latencyBuckets}, []string{"outcome"})
+	m.Transitions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_task_transitions_total",
+		Help: "Applied task transitions by agent, target state and source (host, agent, daemon)."}, []string{"agent", "to", "source"})
+	m.TransitionsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_task_transitions_refused_total",
+		Help: "Events refused by the task lifecycle, by agent, event and source."}, []string{"agent", "event", "source"})
+	m.TasksEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_tasks_ended_total",
+		Help: "Tasks reaching a terminal state, by agent, state and reason code."}, []string{"agent", "state", "reason"})
+	m.FirstResponseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2ad_task_first_response_seconds",
+		Help:    "Time from a task's submission to the agent's first state change.",
+		Buckets: taskBuckets}, []string{"agent"})
+	m.CompletionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "a2ad_task_duration_seconds",
+		Help:    "Time from a task's submission to its terminal state, by agent and state.",
+		Buckets: taskBuckets}, []string{"agent", "state"})
+	m.ArtifactVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_artifact_verdicts_total",
+		Help: "Artifacts checked against their host schema and policy, by agent and verdict (valid, invalid)."}, []string{"agent", "verdict"})
+	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_auth_failures_total",
+		Help: "Refused credentials by edge (http: host bearer tokens, nats: agent credentials) and reason."}, []string{"edge", "reason"})
+	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
+		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
+	for _, c := range []prometheus.Collector{m.Delegations, m.DelegateSeconds, m.Transitions, m.TransitionsRefused, m.TasksEnded,
+		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks} {
+		f(c)
+	}
+	for _, st := range []string{"submitted", "working", "input-required", "auth-required"} {
+		m.Tasks.WithLabelValues(st) // every state is a series from the start, at 0
+	}
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// natsStates are the connection states a2ad_nats_connection_state reports.
+var natsStates = []nats.Status{nats.CONNECTED, nats.CONNECTING, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED, nats.DRAINING_SUBS, nats.DRAINING_PUBS}
+
+// WatchNATS adds metrics of a2ad's NATS connection, read at scrape time:
+// a2ad_nats_connection_state{state} (1 for the current state, 0 for the
+// others) and a2ad_nats_reconnects_total.
+func (m *Metrics) WatchNATS(nc *nats.Conn) {
+	for _, st := range natsStates {
+		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_nats_connection_state",
+			Help:        "State of a2ad's NATS connection: 1 for the current state.",
+			ConstLabels: prometheus.Labels{"state": strings.ToLower(st.String())}},
+			func() float64 {
+				if nc.Status() == st {
+					return 1
+				}
+				return 0
+			}))
+	}
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_nats_reconnects_total",
+		Help: "Reconnections of a2ad's NATS connection."}, func() float64 { return float64(nc.Stats().Reconnects) }))
+}
+
+// AuditCounts is what the audit log reports of itself.
+type AuditCounts interface {
+	Written() uint64
+	Dropped() uint64
+	Retries() uint64
+	Pending() int
+}
+
+// WatchAudit adds, read at scrape time: a2ad_audit_records_total{outcome}
+// (written, dropped), a2ad_audit_publish_retries_total and
+// a2ad_audit_queue_records.
+func (m *Metrics) WatchAudit(a AuditCounts) {
+	for outcome, get := range map[string]func() uint64{"written": a.Written, "dropped": a.Dropped} {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_audit_records_total",
+			Help:        "Audit records by outcome: written to the stream, dropped (a full queue, or unstorable).",
+			ConstLabels: prometheus.Labels{"outcome": outcome}}, func() float64 { return float64(get()) }))
+	}
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_audit_publish_retries_total",
+		Help: "Audit record publishes that failed and were retried."}, func() float64 { return float64(a.Retries()) }))
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_audit_queue_records",
+		Help: "Audit records waiting for JetStream."}, func() float64 { return float64(a.Pending()) }))
+}
+
+// Handler serves the registry in the Prometheus text (or OpenMetrics)
+// exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, EnableOpenMetrics: true})
+}
