@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/jsretry"
@@ -175,6 +176,24 @@ type Registry struct {
 	mu       sync.Mutex
 	checks   map[string]cardCheck // per agent, of its last card read
 	refusals map[string]Refusal   // per configured agent
+
+	// views are the stored records, decoded, with their parsed cards, by
+	// agent id: kept current by one watcher of the bucket (started by the
+	// first ForDelegation) and by this registry's own writes. See
+	// [Registry.ForDelegation].
+	viewMu    sync.Mutex
+	views     map[string]*agentView
+	watchOnce sync.Once
+	live      atomic.Bool // the watcher has delivered every stored record and runs
+}
+
+// agentView is one stored record as decoded (before [Registry.view]) with
+// its stored card parsed once.
+type agentView struct {
+	rev     uint64
+	rec     Record
+	card    *Card // nil when the record has no card or cardErr
+	cardErr error
 }
 
 // cardCheck is what a registry concluded of one stored card: whether its
@@ -577,12 +596,17 @@ func (r *Registry) change(ctx context.Context, agentID string, next func(old *Re
 		if err != nil {
 			return nil, err
 		}
+		var wrote uint64
 		if old == nil {
-			_, err = r.kv.Create(ctx, agentID, body)
+			wrote, err = r.kv.Create(ctx, agentID, body)
 		} else {
-			_, err = r.kv.Update(ctx, agentID, body, rev)
+			wrote, err = r.kv.Update(ctx, agentID, body, rev)
 		}
 		if err == nil {
+			// This registry's delegations see its own change at once.
+			if _, err := r.keep(agentID, wrote, body); err != nil {
+				r.forget(agentID, wrote+1)
+			}
 			return rec, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -726,21 +750,139 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 // delegate to, with the requested skill present. Errors: ErrAgentNotFound if
 // tenant cannot see the agent; *[NotDelegableError] if it is visible but not
 // delegable (quarantined, or no NATS interface); an error wrapping
-// [ErrSkillNotFound] if the card lacks skillID.
+// [ErrSkillNotFound] if the card lacks skillID. The card is shared with
+// later calls: do not modify it.
+//
+// It reads the agent's record from memory, not from the bucket: one watcher
+// of the bucket (started by the first call) keeps each stored record there,
+// decoded, with its card parsed, so a delegation neither reads nor decodes
+// it. A change made through this registry (a registration, an approval, a
+// quarantine) applies to the next call at once; one made through another
+// instance as soon as this instance's watcher delivers it, normally within
+// milliseconds. An agent not in memory, or a watcher not (or no longer)
+// running, means a read of the bucket, as [Registry.Get] makes.
 func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID string) (*Record, *Card, error) {
-	rec, err := r.Visible(ctx, tenant, agentID)
+	if !slices.Contains(r.agents[agentID].Tenants, tenant) {
+		return nil, nil, ErrAgentNotFound
+	}
+	v, err := r.agentView(ctx, agentID)
 	if err != nil {
 		return nil, nil, err
+	}
+	var rec *Record
+	if v == nil {
+		rec = r.unregistered(agentID)
+	} else {
+		c := v.rec
+		rec = &c
+		r.view(rec)
+	}
+	if rec == nil || !r.visible(rec, tenant) {
+		return nil, nil, ErrAgentNotFound
 	}
 	if !rec.Delegable {
 		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
 	}
-	card, err := storedCard(rec)
-	if err != nil {
-		return nil, nil, err
+	if v.cardErr != nil {
+		return nil, nil, v.cardErr
 	}
-	if _, ok := card.Skill(skillID); !ok {
+	if _, ok := v.card.Skill(skillID); !ok {
 		return nil, nil, fmt.Errorf("%w: agent %s has no skill %q", ErrSkillNotFound, agentID, truncate(skillID, 64))
 	}
-	return rec, card, nil
+	return rec, v.card, nil
+}
+
+// agentView is the agent's stored record from memory, or else read from the
+// bucket; nil (and no error) when none is stored.
+func (r *Registry) agentView(ctx context.Context, agentID string) (*agentView, error) {
+	r.watchOnce.Do(r.startWatch)
+	if r.live.Load() {
+		r.viewMu.Lock()
+		v := r.views[agentID]
+		r.viewMu.Unlock()
+		if v != nil {
+			return v, nil
+		}
+	}
+	if !natsbind.ValidToken(agentID) {
+		return nil, nil
+	}
+	var e jetstream.KeyValueEntry
+	err := jsretry.Do(ctx, 20*time.Second, func() (err error) { e, err = r.kv.Get(ctx, agentID); return err })
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agentcard: read %s: %w", agentID, err)
+	}
+	return r.keep(e.Key(), e.Revision(), e.Value())
+}
+
+// keep decodes agentID's stored record (value, at revision rev) into an
+// agentView and keeps it unless a newer revision is kept already (then that
+// one is returned).
+func (r *Registry) keep(agentID string, rev uint64, value []byte) (*agentView, error) {
+	r.viewMu.Lock()
+	if v := r.views[agentID]; v != nil && v.rev >= rev {
+		r.viewMu.Unlock()
+		return v, nil
+	}
+	r.viewMu.Unlock()
+	v := &agentView{rev: rev}
+	if err := json.Unmarshal(value, &v.rec); err != nil {
+		return nil, fmt.Errorf("agentcard: stored record %s: %w", agentID, err)
+	}
+	if len(v.rec.Card) > 0 {
+		v.card, v.cardErr = storedCard(&v.rec)
+	}
+	r.viewMu.Lock()
+	defer r.viewMu.Unlock()
+	if old := r.views[agentID]; old != nil && old.rev >= v.rev {
+		return old, nil
+	}
+	if r.views == nil {
+		r.views = map[string]*agentView{}
+	}
+	r.views[agentID] = v
+	return v, nil
+}
+
+// forget drops the agent's view older than revision rev: the next
+// ForDelegation reads the bucket.
+func (r *Registry) forget(agentID string, rev uint64) {
+	r.viewMu.Lock()
+	if v := r.views[agentID]; v != nil && v.rev < rev {
+		delete(r.views, agentID)
+	}
+	r.viewMu.Unlock()
+}
+
+// startWatch starts the watcher that keeps views current. It runs as long
+// as the NATS connection; if it cannot start or stops, ForDelegation reads
+// the bucket.
+func (r *Registry) startWatch() {
+	w, err := r.kv.WatchAll(context.Background())
+	if err != nil {
+		return
+	}
+	go func() {
+		defer r.live.Store(false)
+		for e := range w.Updates() {
+			if e == nil {
+				r.live.Store(true)
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				r.viewMu.Lock()
+				if v := r.views[e.Key()]; v == nil || v.rev < e.Revision() {
+					delete(r.views, e.Key())
+				}
+				r.viewMu.Unlock()
+				continue
+			}
+			if _, err := r.keep(e.Key(), e.Revision(), e.Value()); err != nil {
+				r.forget(e.Key(), e.Revision()+1) // undecodable: ForDelegation reads it and says so
+			}
+		}
+	}()
 }

@@ -1,15 +1,18 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -74,6 +77,9 @@ type Tracker struct {
 	Log      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Workers is how many events Run applies at once, each of another
+	// task; 0 means DefaultWorkers, 1 applies them one after the other.
+	Workers int
 }
 
 func (t *Tracker) now() time.Time {
@@ -127,13 +133,57 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int)
 	if err != nil {
 		return fmt.Errorf("task: events consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { t.handle(ctx, st, m) })
+	// Events of different tasks apply concurrently, each task's in the
+	// order delivered: every event of a task goes to the same worker.
+	n := cmp.Or(t.Workers, DefaultWorkers)
+	queues := make([]chan jetstream.Msg, n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan jetstream.Msg, workerQueue)
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return // what is queued is redelivered after the ack wait
+				case m := <-queues[i]:
+					t.handle(ctx, st, m)
+				}
+			}
+		})
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case queues[partition(m.Subject(), n)] <- m:
+		case <-ctx.Done():
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("task: consume events: %w", err)
 	}
 	<-ctx.Done()
 	cc.Stop()
+	wg.Wait()
 	return nil
+}
+
+// DefaultWorkers is how many events a tracker applies at once (of as many
+// different tasks) when Tracker.Workers is zero. Applying an event is
+// mostly waiting for NATS (a read and a compare-and-swap of the record),
+// so a serial tracker caps the instance at one event per round trip pair.
+const DefaultWorkers = 32
+
+// workerQueue is how many delivered events wait for each worker; when its
+// queue is full the consumer's delivery waits.
+const workerQueue = 64
+
+// partition is the worker of an events subject (a2a.events.<agentId>.<taskId>):
+// by task id, so that one task's events, whichever agent published them,
+// apply one after the other in the order delivered.
+func partition(subject string, n int) int {
+	taskID := subject[strings.LastIndexByte(subject, '.')+1:]
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(taskID))
+	return int(h.Sum32() % uint32(n))
 }
 
 // unknownTaskRetries is how often an event for a task not (yet) in the
@@ -276,7 +326,7 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 	}
 	item, decErr := a2a.DecodeStreamResponse(data)
 	foreign := false
-	_, err = t.Store.Update(ctx, taskID, func(r *Record) error {
+	mutate := func(r *Record) error {
 		now := t.now()
 		if r.seen(msgID) {
 			return errNoChange
@@ -323,7 +373,17 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 			return nil // still written: the event's id and sequence are now applied
 		}
 		return err
-	})
+	}
+	// The read before the compare-and-swap may come from this process's
+	// last write of the record (revCache): the swap still guards what is
+	// written. What is decided without a write is safe on such a read too
+	// (a duplicate stays one), except a gap, which may be an event another
+	// instance applied that this one's watcher has not shown yet: a gap is
+	// looked at again on a read of the store.
+	_, err = t.Store.Update(withCachedReads(ctx), taskID, mutate)
+	if errors.Is(err, errGap) {
+		_, err = t.Store.Update(ctx, taskID, mutate)
+	}
 	switch {
 	case errors.Is(err, errNoChange):
 		return nil
