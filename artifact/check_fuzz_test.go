@@ -15,7 +15,7 @@ import (
 
 // policyKeywords are the keywords CheckPolicy adds to Validate's.
 var policyKeywords = []string{"part_kind", "data_part_required", "media_type", "max_parts", "max_artifact_bytes",
-	"max_depth", "max_text_bytes", "max_raw_bytes", "url_scheme", "url", "pattern"}
+	"max_depth", "max_text_bytes", "max_raw_bytes", "url_scheme", "url", "pattern", "duplicate_member"}
 
 // FuzzCheck checks an artifact whose name and text part are text and whose
 // data part is doc, against risk_assessment. The verdict must be

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/natstest"
@@ -270,6 +272,33 @@ func TestRegistrationNeedsTheAgentsOwnCredential(t *testing.T) {
 	}
 	if r := register("agent-a", credA, "agent-a"); r.Code != "" || r.Status != "approved" || !strings.HasPrefix(r.Fingerprint, "sha256:") {
 		t.Errorf("agent-a's own registration: %+v", r)
+	}
+	// The audit trail names as actor only the agent a credential proved:
+	// agent-a for its own and for its forbidden registration, nobody for
+	// the two without a credential that verifies (agent-b is only what
+	// they claimed).
+	ajs, _ := jetstream.New(natstest.Connect(t, ns))
+	var got []string
+	waitFor(t, "the registrations in the audit trail", func() bool {
+		page, err := audit.Query(context.Background(), ajs, audit.Filter{Kind: "agent.>"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, r := range page.Records {
+			got = append(got, r.Kind+" actor="+r.Actor.Subject+" agent="+r.AgentID+" code="+r.Code+" status="+r.Status)
+		}
+		return len(got) == 4
+	})
+	slices.Sort(got)
+	want := []string{
+		"agent.card_refused actor= agent=agent-b code=unauthenticated status=",
+		"agent.card_refused actor= agent=agent-b code=unauthenticated status=",
+		"agent.card_refused actor=agent-a agent=agent-b code=forbidden status=",
+		"agent.registered actor=agent-a agent=agent-a code= status=approved",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("registration records:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

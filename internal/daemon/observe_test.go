@@ -250,7 +250,7 @@ func TestAuditTrailRecordsRefusalsAndVerdicts(t *testing.T) {
 }
 
 func TestAuditTrailRecordsOperatorsAndIsAppendOnly(t *testing.T) {
-	s := start(t, nil)
+	s := start(t, map[string]string{"C-91": "silent"})
 	tok, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "ops-alice", "default", mcpedge.ScopeAdmin, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +272,29 @@ func TestAuditTrailRecordsOperatorsAndIsAppendOnly(t *testing.T) {
 	}
 	if code := post("/v1/agents/new-agent/credential", `{"ttl_seconds":3600}`); code != 200 {
 		t.Fatalf("credential: %d", code)
+	}
+	// An operator cancels a host's task: the operator's words and the
+	// transition are theirs, in the trail and in the metrics.
+	args := delegateArgs(evidence("C-91", 100))
+	args["wait_seconds"] = 0
+	open, errText := s.call(t, "delegate", args, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if code := post("/v1/tasks/"+open.TaskID+"/cancel", `{"reason":"customer withdrew the claim"}`); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	cancel := s.auditOf(t, url.Values{"task": {open.TaskID}, "kind": {"task.>"}}, 3)
+	var lines []string
+	for _, r := range cancel[1:] {
+		lines = append(lines, line(r))
+	}
+	if strings.Join(lines, "\n") != "task.cancel_requested operator:ops-alice reason=customer withdrew the claim\n"+
+		"task.transition operator:ops-alice "+cancel[2].From+"->canceled cancel reason=canceled_by_host" {
+		t.Errorf("operator cancel:\n%s", strings.Join(lines, "\n"))
+	}
+	if got := value(scrape(t, s.d.HTTPURL), "a2ad_task_transitions_total", map[string]string{"to": "canceled", "source": "operator"}); got != 1 {
+		t.Errorf("a2ad_task_transitions_total{to=canceled,source=operator} = %v, want 1", got)
 	}
 	recs := s.auditOf(t, url.Values{"kind": {"agent.>"}, "since": {"1m"}}, 4)
 	var ops []string
