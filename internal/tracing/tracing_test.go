@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-var traceparentForm = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$`)
+var traceparentForm = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
 func TestSpansContinueTheHostsTrace(t *testing.T) {
 	p, err := New(Config{}, "test")
