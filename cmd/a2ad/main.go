@@ -89,6 +89,10 @@ func newServe() *cobra.Command {
 			defer signal.Stop(hup)
 			d, err := daemon.Start(ctx, cfg, log, !stdio)
 			if err != nil {
+				// In the log's own format (a JSON log stays JSON), not
+				// cobra's "Error:" line; the exit status is still 1.
+				log.Error("a2ad did not start", "err", err)
+				cmd.SilenceErrors = true
 				return err
 			}
 			defer d.Stop()

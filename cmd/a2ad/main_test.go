@@ -468,6 +468,7 @@ func TestServeLogsTheNATSURLWithoutItsPassword(t *testing.T) {
 		"nats://a2ad:s3cret-pw@nats.a2ad.svc:4222":         "nats://a2ad:xxxxx@nats.a2ad.svc:4222",
 		"nats://127.0.0.1:4222":                            "nats://127.0.0.1:4222",
 		"nats://s3cret-token@127.0.0.1:4222":               "nats://xxxxx@127.0.0.1:4222",
+		"a2ad:s3cret-pw@127.0.0.1:4222":                    "a2ad:xxxxx@127.0.0.1:4222",
 		"nats://a2ad:pw1@n1:4222, nats://a2ad:pw2@n2:4222": "nats://a2ad:xxxxx@n1:4222,nats://a2ad:xxxxx@n2:4222",
 	} {
 		if got := daemon.RedactURLs(in); got != want {

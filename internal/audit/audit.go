@@ -182,9 +182,10 @@ type Log struct {
 	stop     sync.Once
 	giveUp   sync.Once
 
-	written atomic.Uint64
-	dropped atomic.Uint64
-	retries atomic.Uint64 // publish attempts that failed and were retried
+	written  atomic.Uint64
+	dropped  atomic.Uint64
+	retries  atomic.Uint64 // publish attempts that failed and were retried
+	inFlight atomic.Int64  // records of the batch being published
 
 	lastDropLog atomic.Int64
 	lastFailLog time.Time // the writer's own
@@ -312,8 +313,12 @@ func (l *Log) Written() uint64 { return l.written.Load() }
 func (l *Log) Dropped() uint64 { return l.dropped.Load() }
 func (l *Log) Retries() uint64 { return l.retries.Load() }
 
-// Pending is the number of records queued, not yet stored.
-func (l *Log) Pending() int { return len(l.queue) }
+// Pending is the number of records not yet stored: queued, or being
+// published.
+func (l *Log) Pending() int { return len(l.queue) + int(l.inFlight.Load()) }
+
+// errAbandoned ends a publish when Close gave up waiting.
+var errAbandoned = errors.New("audit: abandoned at shutdown")
 
 // Health is "ok" while records are being stored, else why not (since the
 // last failed publish, until one succeeds).
@@ -340,7 +345,11 @@ func (l *Log) Close(timeout time.Duration) {
 	select {
 	case <-l.done:
 	case <-time.After(timeout):
-		l.giveUp.Do(func() { close(l.abandon) }) // the writer gives up at its next retry
+		l.giveUp.Do(func() { close(l.abandon) }) // the writer gives up, and logs what it lost
+		select {
+		case <-l.done:
+		case <-time.After(time.Second):
+		}
 	}
 }
 
@@ -368,6 +377,7 @@ func (l *Log) run() {
 			}
 		}
 		for attempt := 0; len(buf) > 0; attempt++ {
+			l.inFlight.Store(int64(len(buf)))
 			if attempt > 0 {
 				l.retries.Add(uint64(len(buf)))
 				select {
@@ -378,10 +388,14 @@ func (l *Log) run() {
 				}
 			}
 			var err error
-			if buf, err = l.publish(buf); err != nil {
+			if buf, err = l.publish(buf); errors.Is(err, errAbandoned) {
+				l.log.Error("audit records not stored at shutdown", "records", len(buf)+len(l.queue))
+				return
+			} else if err != nil {
 				l.failed(err, len(buf))
 			}
 		}
+		l.inFlight.Store(0)
 		l.failing.Store(nil)
 	}
 }
@@ -441,7 +455,7 @@ func (l *Log) publish(recs []Record) ([]Record, error) {
 		out = append(out, sent{r, f})
 	}
 	timeout := time.After(10 * time.Second)
-	for _, s := range out {
+	for i, s := range out {
 		select {
 		case <-s.f.Ok():
 			l.written.Add(1)
@@ -449,6 +463,11 @@ func (l *Log) publish(recs []Record) ([]Record, error) {
 			failed, last = append(failed, s.r), err
 		case <-timeout:
 			failed, last = append(failed, s.r), nats.ErrTimeout
+		case <-l.abandon:
+			for _, rest := range out[i:] {
+				failed = append(failed, rest.r)
+			}
+			return failed, errAbandoned
 		}
 	}
 	return failed, last
@@ -463,14 +482,15 @@ func newID() string {
 // Subjects: a2ad.audit.<kind, two tokens>.<tenant>.<agent>.<task>, so
 // that JetStream itself selects a task's, an agent's or a tenant's records.
 // The tenant token is "t" and 16 hex digits of the sha256 of the tenant
-// name (tenant names are not subject tokens); "_" stands for none.
+// name (tenant names are not subject tokens); "~", which no id holds,
+// stands for none.
 func subjectOf(r Record) string {
 	return SubjectPrefix + "." + r.Kind + "." + tenantToken(r.Tenant) + "." + idToken(r.AgentID) + "." + idToken(r.TaskID)
 }
 
 func tenantToken(t string) string {
 	if t == "" {
-		return "_"
+		return "~"
 	}
 	h := sha256.Sum256([]byte(t))
 	return "t" + hex.EncodeToString(h[:8])
@@ -480,7 +500,7 @@ func idToken(id string) string {
 	if natsbind.ValidToken(id) {
 		return id
 	}
-	return "_"
+	return "~"
 }
 
 // Filter selects records for [Query].
@@ -525,8 +545,10 @@ type Page struct {
 
 // Query returns the newest f.Limit records matching f, oldest first.
 // JetStream selects by kind, tenant, agent and task (the subject); the
-// stream is read backwards in growing windows, so the cost follows the
-// records returned, not the stream's size.
+// stream is read backwards from its end in windows of growing size that do
+// not overlap, so a2ad receives only the records on the subject from the
+// newest back to the last one returned. Every consumer it uses is deleted
+// before it returns.
 func Query(ctx context.Context, js jetstream.JetStream, f Filter) (Page, error) {
 	limit := f.Limit
 	if limit <= 0 {
@@ -540,137 +562,144 @@ func Query(ctx context.Context, js jetstream.JetStream, f Filter) (Page, error) 
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: stream %s: %w", Stream, err)
 	}
-	first, last := info.State.FirstSeq, info.State.LastSeq
+	page := Page{Records: []Record{}}
 	if info.State.Msgs == 0 {
-		return Page{Records: []Record{}}, nil
+		return page, nil
 	}
-	floor := first
+	floor, end := info.State.FirstSeq, info.State.LastSeq+1
 	if !f.Since.IsZero() {
 		// The first record at or after Since, of any kind.
 		seq, ok, err := seqAt(ctx, st, f.Since)
-		if err != nil {
-			return Page{}, err
-		}
-		if !ok {
-			return Page{Records: []Record{}}, nil
+		if err != nil || !ok {
+			return page, err
 		}
 		floor = max(floor, seq)
 	}
 	subject := f.filterSubject()
-	for window := uint64(max(4*limit, 256)); ; window *= 2 {
+	keep := func(r *Record) bool { return (f.Tenant == "" || r.Tenant == f.Tenant) && !r.At.Before(f.Since) }
+	var found []Record // oldest first
+	var seen uint64    // records on the subject read, in [to, end)
+	to := end
+	for size := uint64(max(4*limit, 256)); to > floor && len(found) < limit; size *= 2 {
 		from := floor
-		if last >= floor+window {
-			from = last - window + 1
+		if to-floor > size {
+			from = to - size
 		}
-		recs, seen, err := scan(ctx, st, subject, from, func(r *Record) bool {
-			return (f.Tenant == "" || r.Tenant == f.Tenant) && !r.At.Before(f.Since)
-		})
+		recs, n, err := scan(ctx, st, subject, from, to, keep)
 		if err != nil {
 			return Page{}, err
 		}
-		if len(recs) >= limit || from == floor {
-			p := Page{Records: recs, More: len(recs) > limit}
-			if len(recs) > limit {
-				p.Records = recs[len(recs)-limit:]
-			}
-			if !p.More && from > floor {
-				// Older records on the subject than the window read?
-				older, err := pending(ctx, st, subject, floor)
-				if err != nil {
-					return Page{}, err
-				}
-				p.More = older > seen
-			}
-			return p, nil
-		}
+		found, seen, to = append(recs, found...), seen+n, from
 	}
+	if found != nil {
+		page.Records = found
+	}
+	if len(found) > limit {
+		page.Records, page.More = found[len(found)-limit:], true
+	} else if to > floor {
+		// Enough found before reaching the floor: do older ones match?
+		total, err := pending(ctx, st, subject, floor)
+		if err != nil {
+			return Page{}, err
+		}
+		page.More = total > seen
+	}
+	return page, nil
+}
+
+// consumer runs f with an ephemeral pull consumer of cfg on st (no acks,
+// in memory, gone after 30 s unused), and deletes it afterwards: queries
+// leave nothing behind to count against the stream's consumer limit.
+func consumer(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig, f func(jetstream.Consumer) error) error {
+	cfg.AckPolicy, cfg.MemoryStorage, cfg.Replicas, cfg.InactiveThreshold = jetstream.AckNonePolicy, true, 1, 30*time.Second
+	c, err := st.CreateConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("audit: read %s: %w", Stream, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = st.DeleteConsumer(dctx, c.CachedInfo().Name)
+	}()
+	return f(c)
 }
 
 // seqAt is the stream sequence of the first record at or after t.
-func seqAt(ctx context.Context, st jetstream.Stream, t time.Time) (uint64, bool, error) {
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t})
-	if err != nil {
-		return 0, false, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	if info, err := c.Info(ctx); err == nil && info.NumPending == 0 {
-		return 0, false, nil
-	}
-	msgs, err := c.Fetch(1, jetstream.FetchMaxWait(250*time.Millisecond))
-	if err != nil {
-		return 0, false, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	m, ok := <-msgs.Messages()
-	if !ok {
-		return 0, false, nil
-	}
-	md, err := m.Metadata()
-	if err != nil {
-		return 0, false, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	return md.Sequence.Stream, true, nil
+func seqAt(ctx context.Context, st jetstream.Stream, t time.Time) (seq uint64, ok bool, err error) {
+	err = consumer(ctx, st, jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t},
+		func(c jetstream.Consumer) error {
+			if c.CachedInfo().NumPending == 0 {
+				return nil
+			}
+			msgs, err := c.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				return fmt.Errorf("audit: read %s: %w", Stream, err)
+			}
+			m, got := <-msgs.Messages()
+			if !got {
+				return nil
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("audit: read %s: %w", Stream, err)
+			}
+			seq, ok = md.Sequence.Stream, true
+			return nil
+		})
+	return seq, ok, err
 }
 
 // pending is the number of records on subject from stream sequence from on.
-func pending(ctx context.Context, st jetstream.Stream, subject string, from uint64) (uint64, error) {
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
-	if err != nil {
-		return 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	return info.NumPending, nil
+func pending(ctx context.Context, st jetstream.Stream, subject string, from uint64) (n uint64, err error) {
+	err = consumer(ctx, st, jetstream.ConsumerConfig{FilterSubjects: []string{subject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from},
+		func(c jetstream.Consumer) error {
+			n = c.CachedInfo().NumPending
+			return nil
+		})
+	return n, err
 }
 
-// scan reads every record on subject from stream sequence from on, keeping
-// those keep accepts; seen counts every record read.
-func scan(ctx context.Context, st jetstream.Stream, subject string, from uint64, keep func(*Record) bool) (out []Record, seen uint64, err error) {
-	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
-	if err != nil {
-		return nil, 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-	}
-	if info, err := c.Info(ctx); err == nil && info.NumPending == 0 {
-		return out, 0, nil // nothing matches: no fetch to wait out
-	}
-	for {
-		msgs, err := c.Fetch(batch, jetstream.FetchMaxWait(250*time.Millisecond))
-		if err != nil {
-			return nil, 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-		}
-		n, caughtUp := 0, false
-		for m := range msgs.Messages() {
-			n++
-			seen++
-			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-				caughtUp = true
+// scan reads the records on subject with stream sequences in [from, to),
+// oldest first, keeping those keep accepts; seen counts every record read.
+func scan(ctx context.Context, st jetstream.Stream, subject string, from, to uint64, keep func(*Record) bool) (out []Record, seen uint64, err error) {
+	err = consumer(ctx, st, jetstream.ConsumerConfig{FilterSubjects: []string{subject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from},
+		func(c jetstream.Consumer) error {
+			left := c.CachedInfo().NumPending // on the subject from `from` to the end, when created
+			for left > 0 {
+				msgs, err := c.Fetch(int(min(left, batch)), jetstream.FetchMaxWait(2*time.Second))
+				if err != nil {
+					return fmt.Errorf("audit: read %s: %w", Stream, err)
+				}
+				n := 0
+				for m := range msgs.Messages() {
+					n++
+					left--
+					md, err := m.Metadata()
+					if err != nil || md.Sequence.Stream >= to {
+						left = 0 // past the window
+						continue
+					}
+					seen++
+					var r Record
+					if json.Unmarshal(m.Data(), &r) == nil && keep(&r) {
+						out = append(out, r)
+					}
+				}
+				if err := msgs.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+					return fmt.Errorf("audit: read %s: %w", Stream, err)
+				}
+				if n == 0 {
+					return fmt.Errorf("audit: read %s: no records delivered while %d wait", Stream, left)
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 			}
-			var r Record
-			if json.Unmarshal(m.Data(), &r) == nil && keep(&r) {
-				out = append(out, r)
-			}
-		}
-		if err := msgs.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-		}
-		if caughtUp {
-			return out, seen, nil
-		}
-		if n == 0 {
-			info, err := c.Info(ctx)
-			if err != nil {
-				return nil, 0, fmt.Errorf("audit: read %s: %w", Stream, err)
-			}
-			if info.NumPending == 0 {
-				return out, seen, nil
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-	}
+			return nil
+		})
+	return out, seen, err
 }
 
 // Kinds lists every kind a record may have.

@@ -1,11 +1,13 @@
 package audit_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,7 +71,8 @@ func TestRecordsAreStoredOnceAndQueried(t *testing.T) {
 
 func TestAFullQueueDropsAndCountsNeverBlocks(t *testing.T) {
 	ns, _, js := natstest.Start(t)
-	l, err := audit.Open(context.Background(), js, audit.Config{QueueSize: 8}, 1, "test/1", quiet)
+	var logged syncBuffer
+	l, err := audit.Open(context.Background(), js, audit.Config{QueueSize: 8}, 1, "test/1", slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +88,58 @@ func TestAFullQueueDropsAndCountsNeverBlocks(t *testing.T) {
 	for range 8 + 5 {
 		l.Append(audit.Record{Kind: audit.KindTransition})
 	}
-	if l.Dropped() != 5 || l.Pending() != 8 {
-		t.Errorf("dropped %d pending %d, want 5 and 8", l.Dropped(), l.Pending())
+	if l.Dropped() != 5 || l.Pending() != 9 {
+		t.Errorf("dropped %d pending %d, want 5 and 9 (8 queued, 1 being published)", l.Dropped(), l.Pending())
 	}
+	// A stop that cannot store them says how many records it lost.
 	l.Close(100 * time.Millisecond)
+	if !strings.Contains(logged.String(), `msg="audit records not stored at shutdown" records=9`) {
+		t.Errorf("log at shutdown:\n%s", logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Queries leave no consumer behind: a dashboard polling the trail never
+// runs the stream into its consumer limit.
+func TestQueriesLeaveNoConsumers(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	ctx := context.Background()
+	l, err := audit.Open(ctx, js, audit.Config{}, 1, "test/1", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		l.Append(audit.Record{Kind: audit.KindTransition, TaskID: fmt.Sprintf("tsk-%d", i%5), Tenant: "acme"})
+	}
+	l.Close(10 * time.Second)
+	for i := range 200 {
+		f := []audit.Filter{{TaskID: "tsk-1"}, {Kind: "agent.>"}, {Tenant: "acme", Limit: 3}, {Since: time.Now().Add(-time.Hour)}}[i%4]
+		if _, err := audit.Query(ctx, js, f); err != nil {
+			t.Fatalf("query %d (%+v): %v", i, f, err)
+		}
+	}
+	st, _ := js.Stream(ctx, audit.Stream)
+	info, _ := st.Info(ctx)
+	if info.State.Consumers != 0 {
+		t.Errorf("%d consumers left on %s after 200 queries", info.State.Consumers, audit.Stream)
+	}
 }
 
 func TestValidKind(t *testing.T) {

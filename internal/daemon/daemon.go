@@ -86,7 +86,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	ok := false
 	defer func() {
 		if !ok && d.nc != nil && !d.nc.IsConnected() && cfg.NATSURL != "" {
-			err = fmt.Errorf("NATS at %s not reachable (waited since start): %w", RedactURLs(cfg.NATSURL), err)
+			if last := d.nc.LastError(); last != nil {
+				err = fmt.Errorf("NATS at %s: %w (%v)", RedactURLs(cfg.NATSURL), last, err)
+			} else {
+				err = fmt.Errorf("NATS at %s not reachable (waited since start): %w", RedactURLs(cfg.NATSURL), err)
+			}
 		}
 		if !ok {
 			d.Stop()
@@ -127,6 +131,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(log),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
+		if err == nil && !d.nc.IsConnected() {
+			log.Warn("NATS not reachable yet; waiting for it (up to a minute)", "nats", RedactURLs(cfg.NATSURL))
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
@@ -314,7 +321,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 func RedactURLs(list string) string {
 	var out []string
 	for _, u := range strings.Split(list, ",") {
-		p, err := url.Parse(strings.TrimSpace(u))
+		u = strings.TrimSpace(u)
+		// nats.go takes "user:password@host:port" without a scheme too;
+		// url.Parse would read the user as a scheme.
+		schemeless := !strings.Contains(u, "://")
+		if schemeless {
+			u = "nats://" + u
+		}
+		p, err := url.Parse(u)
 		if err != nil {
 			out = append(out, "(unparsable URL)")
 			continue
@@ -324,7 +338,11 @@ func RedactURLs(list string) string {
 				p.User = url.User("xxxxx")
 			}
 		}
-		out = append(out, p.Redacted())
+		r := p.Redacted()
+		if schemeless {
+			r = strings.TrimPrefix(r, "nats://")
+		}
+		out = append(out, r)
 	}
 	return strings.Join(out, ",")
 }
