@@ -14,13 +14,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -43,18 +43,6 @@ const MaxPendingBytes = 512 << 10
 // in the task record and shown to hosts; longer text is cut (at a rune
 // boundary) and ends with "…": it must not outgrow the record.
 const MaxAgentTextBytes = 4096
-
-// clipText cuts s to at most max bytes, at a rune boundary, marking the cut.
-func clipText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
 
 // MaxPendingParts caps the parts one task may accumulate, over all its
 // artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge.
@@ -520,7 +508,7 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 	if !ok {
 		return fmt.Errorf("%w: unknown state", ErrIllegalTransition)
 	}
-	text := clipText(st.Message.Text(), MaxAgentTextBytes)
+	text := untrusted.Clip(st.Message.Text(), MaxAgentTextBytes)
 	if to == r.State && r.State.Terminal() {
 		return errNoChange // a terminal record keeps its status message
 	}

@@ -29,10 +29,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -253,32 +253,20 @@ const (
 	MaxViolations = 16
 )
 
-// clip cuts s at max bytes (on a rune boundary), marking the cut with "…".
-func clip(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // bound applies the limits to r.
 func (r *Record) bound() {
 	for _, f := range []*string{&r.Kind, &r.Actor.Type, &r.Actor.Subject, &r.Tenant, &r.TaskID, &r.AgentID, &r.Skill,
 		&r.BriefDigest, &r.OutputSchema, &r.SchemaDigest, &r.From, &r.To, &r.Event, &r.Reason, &r.Code, &r.Field,
 		&r.SecretKind, &r.MsgID, &r.Status, &r.Fingerprint, &r.TraceID} {
-		*f = clip(*f, MaxFieldBytes)
+		*f = untrusted.Clip(*f, MaxFieldBytes)
 	}
 	if v := r.Verdict; v != nil {
-		v.ArtifactID = clip(v.ArtifactID, MaxFieldBytes)
+		v.ArtifactID = untrusted.Clip(v.ArtifactID, MaxFieldBytes)
 		if len(v.Violations) > MaxViolations {
 			v.Violations = append(v.Violations[:MaxViolations:MaxViolations], fmt.Sprintf("… %d more", len(v.Violations)-MaxViolations))
 		}
 		for i := range v.Violations {
-			v.Violations[i] = clip(v.Violations[i], MaxFieldBytes)
+			v.Violations[i] = untrusted.Clip(v.Violations[i], MaxFieldBytes)
 		}
 	}
 }

@@ -75,3 +75,20 @@ func BenchmarkWalk(b *testing.B) {
 		}
 	}
 }
+
+func TestClipCutsAtARuneBoundary(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdefghij", 6, "abc…"},
+		{"ééééé", 6, "é…"}, // 2-byte runes: "é" + "…" is 5 bytes; "éé…" would be 7
+		{"日本語テキスト", 9, "日本…"},
+	} {
+		if got := Clip(c.in, c.max); got != c.want || len(got) > c.max {
+			t.Errorf("Clip(%q, %d) = %q (%d bytes), want %q", c.in, c.max, got, len(got), c.want)
+		}
+	}
+}
