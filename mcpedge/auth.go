@@ -817,7 +817,13 @@ func algorithmsFor(key crypto.PublicKey) []string {
 // Bearer` on every request: for Go hosts (StreamableClientTransport's
 // HTTPClient), the demo and tests.
 func BearerClient(token string) *http.Client {
-	return &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}}
+	return &http.Client{Transport: BearerTransport(token, http.DefaultTransport)}
+}
+
+// BearerTransport is an http.RoundTripper that adds Authorization: Bearer
+// token to every request (on a copy) and sends it with next.
+func BearerTransport(token string, next http.RoundTripper) http.RoundTripper {
+	return bearerTransport{token: token, next: next}
 }
 
 type bearerTransport struct {

@@ -468,7 +468,7 @@ func connectHosts(ctx context.Context, n int, endpoint string, token func(int) (
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		client := mcp.NewClient(&mcp.Implementation{Name: "a2ad-bench-host", Version: "1"}, nil)
 		s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
-			HTTPClient: &http.Client{Transport: bearerTransport{token: tok, next: tr}}}, nil)
+			HTTPClient: &http.Client{Transport: mcpedge.BearerTransport(tok, tr)}}, nil)
 		if err != nil {
 			closeHosts(hosts)
 			return nil, err
@@ -482,19 +482,6 @@ func closeHosts(hosts []*mcp.ClientSession) {
 	for _, s := range hosts {
 		_ = s.Close()
 	}
-}
-
-// bearerTransport is mcpedge.BearerClient's round tripper over a pool of
-// the host's own.
-type bearerTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }
 
 func noopOnce(ctx context.Context, s *mcp.ClientSession) error {
