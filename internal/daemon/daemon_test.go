@@ -278,6 +278,39 @@ func TestSmallCaseCompletesAtOnce(t *testing.T) {
 	}
 }
 
+// An agent that reports its outcome in one Task event (COMPLETED with the
+// artifact, no WORKING first) gets the same validated result, with the
+// history going straight from submitted to completed.
+func TestOneTaskEventCompletes(t *testing.T) {
+	s := start(t, nil)
+	s.agent.SetReportAtOnce(true)
+	got, errText := s.call(t, "delegate", delegateArgs(evidence("C-8", 2500)), nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	if got.State != "completed" || len(got.Artifacts) != 1 || len(got.Verdicts) != 1 || !got.Verdicts[0].Valid {
+		t.Fatalf("got %+v, want completed with one valid artifact", got)
+	}
+	b, _ := json.Marshal(got.Artifacts[0].Parts[0].Data)
+	if want := `{"case_id":"C-8","policy_version":"fraud-policy-2026.11","reasons":["no risk signals in the evidence"],"risk_level":"low","score":0.1}`; string(b) != want {
+		t.Errorf("artifact = %s, want %s", b, want)
+	}
+	rec, _, err := s.d.Service.Tasks.Get(context.Background(), got.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []string
+	for _, h := range rec.History {
+		path = append(path, h.Event+">"+string(h.To)+"/"+string(h.Source))
+	}
+	if want := "submit>submitted/host complete>completed/agent"; strings.Join(path, " ") != want {
+		t.Errorf("history = %s, want %s", strings.Join(path, " "), want)
+	}
+	if rec.Outbox != nil || rec.AgentTaskID == "" || rec.EventSeq != 1 {
+		t.Errorf("outbox %+v, agent task id %q, event seq %d; want delivered, known, 1", rec.Outbox, rec.AgentTaskID, rec.EventSeq)
+	}
+}
+
 // Evidence the agent's allowlist does not name never reaches it: the brief
 // the agent receives lacks it, and the host is told which members stayed
 // behind. An idempotent replay reports the same.
@@ -596,6 +629,28 @@ func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
 	}
 	if got := strings.Join(names, ","); got != "agents_list,delegate,task_cancel,task_get,task_respond" {
 		t.Errorf("tools = %s", got)
+	}
+	// The input schemas go to the SDK encoded once (mcpedge's
+	// encodedInputSchema): hosts see the schema of the tool's input type,
+	// and the SDK still checks every call against it.
+	i := slices.IndexFunc(res.Tools, func(tool *mcp.Tool) bool { return tool.Name == "delegate" })
+	var in struct {
+		Type       string                     `json:"type"`
+		Required   []string                   `json:"required"`
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	raw, _ := json.Marshal(res.Tools[i].InputSchema)
+	if err := json.Unmarshal(raw, &in); err != nil {
+		t.Fatal(err)
+	}
+	if in.Type != "object" || strings.Join(in.Required, ",") != "agent,skill,objective,evidence,output_schema" ||
+		!strings.Contains(string(in.Properties["wait_seconds"]), `"type":["null","integer"]`) {
+		t.Errorf("delegate input schema = %s", raw)
+	}
+	bad := delegateArgs(evidence("C-9", 1999))
+	bad["wait_seconds"] = "soon"
+	if got, errText := s.call(t, "delegate", bad, nil); !strings.Contains(errText, "wait_seconds") {
+		t.Errorf("delegate with wait_seconds \"soon\" = %+v, %q; want an error naming wait_seconds", got, errText)
 	}
 	agents, err := s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
 	if err != nil || agents.IsError {
