@@ -72,7 +72,8 @@ func newBench() *cobra.Command {
 			"with a development token). At each concurrency it measures, for --duration after a warm-up: a raw NATS " +
 			"request-reply of 1 KB between two TCP connections to the embedded server; a no-op tool call through a second " +
 			"go-sdk server behind a2ad's own HTTP stack (token verification included); and a whole delegation (tools/call " +
-			"delegate with wait_seconds, to completed). Concurrency N is N hosts, each with its own token, MCP session and " +
+			"delegate with wait_seconds, to completed), first with the agent answering in one event (the completed task " +
+			"with its artifact), then in three (working, the artifact, completed). Concurrency N is N hosts, each with its own token, MCP session and " +
 			"connection pool, calling in a loop. Then it measures artifact validations per second (one goroutine, then " +
 			"GOMAXPROCS) and the cost of holding --open-tasks open tasks: the time to create them, the time for a fresh " +
 			"task store to load and schedule them, and the heap they take, also once embedded NATS's block cache has " +
@@ -129,10 +130,17 @@ type benchReport struct {
 	Duration    string `json:"duration"`
 	Warmup      string `json:"warmup"`
 
-	NATS       []benchFigures `json:"nats_request_reply"`
-	Trivial    []benchFigures `json:"mcp_trivial_call"`
+	NATS    []benchFigures `json:"nats_request_reply"`
+	Trivial []benchFigures `json:"mcp_trivial_call"`
+	// Delegation is the whole delegation with an agent that answers at
+	// once: its outcome (COMPLETED with the artifact) is one Task event.
+	// The ratios and targets are of these figures.
 	Delegation []benchFigures `json:"delegation"`
-	Ratios     []benchRatios  `json:"ratios"`
+	// DelegationThreeEvents is the same delegation with the agent
+	// reporting WORKING, the artifact and COMPLETED as three events, each
+	// published once JetStream acknowledged the one before.
+	DelegationThreeEvents []benchFigures `json:"delegation_three_events"`
+	Ratios                []benchRatios  `json:"ratios"`
 
 	OpenTasks   benchOpenTasks `json:"open_tasks"`
 	Validations []benchRate    `json:"artifact_validations"`
@@ -254,52 +262,65 @@ func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup t
 		if i == 0 {
 			profile = o.CPUProfile
 		}
-		raw, trivial, del, err := env.level(ctx, n, warmup, o.Duration, profile, progress)
+		f, err := env.level(ctx, n, warmup, o.Duration, profile, progress)
 		if err != nil {
 			return err
 		}
-		rep.NATS, rep.Trivial, rep.Delegation = append(rep.NATS, raw), append(rep.Trivial, trivial), append(rep.Delegation, del)
+		rep.NATS, rep.Trivial = append(rep.NATS, f.raw), append(rep.Trivial, f.trivial)
+		rep.Delegation, rep.DelegationThreeEvents = append(rep.Delegation, f.del), append(rep.DelegationThreeEvents, f.del3)
 	}
 	return nil
 }
 
-// level measures the three round trips with n hosts (n callers of the raw
-// NATS echo); profile, if set, receives a CPU profile of the delegations.
-func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, profile string, progress io.Writer) (raw, trivial, del benchFigures, err error) {
+// levelFigures are the round trips measured at one concurrency.
+type levelFigures struct {
+	raw, trivial, del, del3 benchFigures
+}
+
+// level measures the round trips with n hosts (n callers of the raw NATS
+// echo): the two floors, then delegations with the agent answering in one
+// event, then in three; profile, if set, receives a CPU profile of the
+// one-event delegations.
+func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, profile string, progress io.Writer) (f levelFigures, err error) {
 	fmt.Fprintf(progress, "bench: concurrency %d: connecting %d hosts\n", n, n)
 	floorHosts, err := connectHosts(ctx, n, env.floorURL+"/mcp", env.floorToken)
 	if err != nil {
-		return raw, trivial, del, fmt.Errorf("bench: trivial MCP hosts: %w", err)
+		return f, fmt.Errorf("bench: trivial MCP hosts: %w", err)
 	}
 	defer closeHosts(floorHosts)
 	hosts, err := connectHosts(ctx, n, env.d.HTTPURL+"/mcp", env.hostToken)
 	if err != nil {
-		return raw, trivial, del, fmt.Errorf("bench: a2ad hosts: %w", err)
+		return f, fmt.Errorf("bench: a2ad hosts: %w", err)
 	}
 	defer closeHosts(hosts)
 	run := func(name string, op func(context.Context, int) error) (benchFigures, error) {
 		fmt.Fprintf(progress, "bench: concurrency %d: %s, %s\n", n, name, d)
 		return measure(ctx, n, warmup, d, op)
 	}
-	if raw, err = run("raw NATS request-reply", func(ctx context.Context, _ int) error { return env.echo(ctx) }); err != nil {
-		return raw, trivial, del, err
+	if f.raw, err = run("raw NATS request-reply", func(ctx context.Context, _ int) error { return env.echo(ctx) }); err != nil {
+		return f, err
 	}
-	if trivial, err = run("trivial MCP tool call", func(ctx context.Context, w int) error { return noopOnce(ctx, floorHosts[w]) }); err != nil {
-		return raw, trivial, del, err
+	if f.trivial, err = run("trivial MCP tool call", func(ctx context.Context, w int) error { return noopOnce(ctx, floorHosts[w]) }); err != nil {
+		return f, err
 	}
+	delegate := func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) }
+	env.agent.SetReportAtOnce(true)
+	stop := func() error { return nil }
 	if profile != "" {
-		stop, err := startCPUProfile(profile)
-		if err != nil {
-			return raw, trivial, del, err
+		if stop, err = startCPUProfile(profile); err != nil {
+			return f, err
 		}
-		defer func() {
-			if perr := stop(); err == nil {
-				err = perr
-			}
-		}()
 	}
-	del, err = run("delegation", func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) })
-	return raw, trivial, del, err
+	f.del, err = run("delegation, agent answers in one event", delegate)
+	if perr := stop(); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return f, err
+	}
+	env.agent.SetReportAtOnce(false)
+	f.del3, err = run("delegation, agent answers in three events", delegate)
+	return f, err
 }
 
 func startCPUProfile(path string) (func() error, error) {
@@ -873,7 +894,8 @@ func (rep *benchReport) print(w io.Writer) error {
 	for _, s := range []struct {
 		name string
 		figs []benchFigures
-	}{{"raw NATS request-reply, 1 KB, TCP", rep.NATS}, {"trivial MCP tool call", rep.Trivial}, {"delegation to completed", rep.Delegation}} {
+	}{{"raw NATS request-reply, 1 KB, TCP", rep.NATS}, {"trivial MCP tool call", rep.Trivial},
+		{"delegation to completed, agent: 1 event", rep.Delegation}, {"delegation to completed, agent: 3 events", rep.DelegationThreeEvents}} {
 		for _, f := range s.figs {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", s.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
 				f.CPUusPerOp, f.AllocBytesPerOp/1024)

@@ -40,7 +40,8 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	if wantRace := os.Getenv("A2AD_TEST_RACE") != "0"; rep.Race != wantRace {
 		t.Errorf("race = %v, want %v (TestMain's build)", rep.Race, wantRace)
 	}
-	figs := map[string][]benchFigures{"nats_request_reply": rep.NATS, "mcp_trivial_call": rep.Trivial, "delegation": rep.Delegation}
+	figs := map[string][]benchFigures{"nats_request_reply": rep.NATS, "mcp_trivial_call": rep.Trivial, "delegation": rep.Delegation,
+		"delegation_three_events": rep.DelegationThreeEvents}
 	for name, fs := range figs {
 		var conc []int
 		for _, f := range fs {

@@ -19,8 +19,23 @@ import (
 // a host with wait_seconds 0 waits: agent lookup, brief, the record with its
 // outbox, SendMessage, the outbox cleared), and events-µs, from then until
 // the waiter sees completed.
+//
+// Sub-benchmarks: three-events, the agent reports working, the artifact and
+// completed, each once JetStream acknowledged the previous one; one-event,
+// it reports the completed Task with its artifact in one event.
 func BenchmarkDelegateToCompletion(b *testing.B) {
+	for _, atOnce := range []bool{false, true} {
+		name := "three-events"
+		if atOnce {
+			name = "one-event"
+		}
+		b.Run(name, func(b *testing.B) { benchDelegateToCompletion(b, atOnce) })
+	}
+}
+
+func benchDelegateToCompletion(b *testing.B, atOnce bool) {
 	s := start(b, nil)
+	s.agent.SetReportAtOnce(atOnce)
 	var delegate, events time.Duration
 	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
 		t0 := time.Now()
@@ -42,9 +57,11 @@ func BenchmarkDelegateToCompletion(b *testing.B) {
 }
 
 // BenchmarkDelegateOverMCPHTTP is the same delegation as a host makes it:
-// a tools/call delegate through the go-sdk client and Streamable HTTP.
+// a tools/call delegate through the go-sdk client and Streamable HTTP, to
+// an agent that answers in one event.
 func BenchmarkDelegateOverMCPHTTP(b *testing.B) {
 	s := start(b, nil)
+	s.agent.SetReportAtOnce(true)
 	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
 		var ev map[string]any
 		_ = json.Unmarshal(req.Brief.Evidence, &ev)

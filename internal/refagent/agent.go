@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/brief"
@@ -78,6 +79,15 @@ type Config struct {
 	// Authorization: Bearer. Empty: the registration carries none (a2ad
 	// refuses it).
 	Credential string
+	// ReportAtOnce makes a task that needs nothing more from its requester
+	// (no question, no sign-in, no misbehaviour mode) report its outcome in
+	// one event: a Task (A2A 1.0 StreamResponse.task) with state
+	// TASK_STATE_COMPLETED and the risk assessment as its artifact, as an
+	// agent that answers at once would. Off (the default), it reports
+	// TASK_STATE_WORKING, then the artifact, then TASK_STATE_COMPLETED,
+	// each after JetStream acknowledged the previous one. See also
+	// [Agent.SetReportAtOnce].
+	ReportAtOnce bool
 }
 
 // ConnectOptions are the NATS options an agent connection needs on a2ad's
@@ -129,6 +139,8 @@ type Agent struct {
 	seenOrder []string
 	stats     Stats
 	stopOnce  sync.Once
+
+	reportAtOnce atomic.Bool
 }
 
 // task is the agent's record of one task. Fields below the line are
@@ -179,7 +191,7 @@ func New(nc *nats.Conn, cfg Config) (*Agent, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Agent{
+	a := &Agent{
 		nc:        nc,
 		js:        js,
 		agentID:   cfg.AgentID,
@@ -192,8 +204,14 @@ func New(nc *nats.Conn, cfg Config) (*Agent, error) {
 		cancel:    cancel,
 		tasks:     make(map[string]*task),
 		seen:      make(map[string]string),
-	}, nil
+	}
+	a.reportAtOnce.Store(cfg.ReportAtOnce)
+	return a, nil
 }
+
+// SetReportAtOnce changes [Config.ReportAtOnce] for tasks that start from
+// now on.
+func (a *Agent) SetReportAtOnce(on bool) { a.reportAtOnce.Store(on) }
 
 // Start subscribes to a2a.agent.<agentId>.rpc in queue group [QueueGroup]
 // and starts registering the card in the background (every second until

@@ -184,6 +184,8 @@ func (e event) String() string {
 		return string(e.item.StatusUpdate.Status.State)
 	case e.item.ArtifactUpdate != nil:
 		return "artifact:" + e.item.ArtifactUpdate.Artifact.ArtifactID
+	case e.item.Task != nil:
+		return "task:" + string(e.item.Task.Status.State)
 	}
 	return "other"
 }
@@ -338,6 +340,42 @@ func TestSmallCaseCompletes(t *testing.T) {
 	st := d.agent.Stats()
 	if st.BriefsReceived != 1 || len(st.Received) != 1 || !bytes.Equal(st.Received[0], d.buildBrief(evidence).Bytes()) {
 		t.Errorf("Stats = %d briefs, received %q", st.BriefsReceived, st.Received)
+	}
+}
+
+// TestReportAtOnce: an agent that answers at once reports a task that
+// needs nothing more in one Task event, COMPLETED with the assessment; a
+// case above the review threshold still asks its question first.
+func TestReportAtOnce(t *testing.T) {
+	d := newDaemon(t, nil, true)
+	d.agent.SetReportAtOnce(true)
+	w := d.watch("t-once")
+	task := d.delegate("t-once", `{"case_id":"C-7","amount_cents":1999,"currency":"EUR","customer_tenure_days":400,"prior_refunds_90d":0}`)
+	if task.Status.State != a2a.TaskStateSubmitted {
+		t.Fatalf("SendMessage task state = %s, want SUBMITTED", task.Status.State)
+	}
+	evs := w.next(1)
+	w.none(200 * time.Millisecond)
+	got := evs[0].item.Task
+	if got == nil {
+		t.Fatalf("event = %s, want a task item", evs[0])
+	}
+	if got.ID != task.ID || got.ContextID != task.ContextID || got.Status.State != a2a.TaskStateCompleted {
+		t.Errorf("task item = id %q context %q state %s, want %q %q TASK_STATE_COMPLETED", got.ID, got.ContextID, got.Status.State, task.ID, task.ContextID)
+	}
+	if evs[0].msgID != "t-once.1" {
+		t.Errorf("Nats-Msg-Id = %q, want t-once.1", evs[0].msgID)
+	}
+	want := `{"case_id":"C-7","risk_level":"low","score":0.1,"reasons":["no risk signals in the evidence"],"policy_version":"fraud-policy-2026.11"}`
+	if len(got.Artifacts) != 1 || got.Artifacts[0].ArtifactID != "risk-assessment" || len(got.Artifacts[0].Parts) != 1 ||
+		string(got.Artifacts[0].Parts[0].Data) != want {
+		t.Errorf("task item artifacts = %+v, want the one risk assessment %s", got.Artifacts, want)
+	}
+
+	w = d.watch("t-once-big")
+	d.delegate("t-once-big", `{"case_id":"C-41","amount_cents":125000,"currency":"EUR","manual_review_above_cents":50000}`)
+	if got, want := states(w.next(2)), []string{"TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"}; !slices.Equal(got, want) {
+		t.Errorf("events above the threshold = %v, want %v", got, want)
 	}
 }
 

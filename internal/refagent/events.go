@@ -54,6 +54,10 @@ func (a *Agent) run(t *task) {
 		}
 		return
 	}
+	if t.mode == "" && !t.ev.needsReview() && a.reportAtOnce.Load() {
+		a.reportOutcome(t, &ev)
+		return
+	}
 	st, ok := a.advance(t, a2a.TaskStateWorking, nil)
 	if !ok || !ev.status(st) {
 		return
@@ -122,6 +126,24 @@ func (a *Agent) run(t *task) {
 	a.log.Info("task completed", "task", t.id, "case", t.ev.CaseID)
 	if t.mode == ModeIllegalTransition {
 		ev.status(a2a.TaskStatus{State: a2a.TaskStateWorking, Timestamp: now()})
+	}
+}
+
+// reportOutcome completes a task that needs nothing more and publishes it
+// as one Task event: COMPLETED, with the assessment as its artifact.
+func (a *Agent) reportOutcome(t *task, ev *eventStream) {
+	raw, err := json.Marshal(assess(t.ev, nil))
+	if err != nil {
+		a.log.Error("assessment not encodable", "task", t.id, "err", err)
+		return
+	}
+	art := a2a.Artifact{ArtifactID: artifactID, Name: artifactName, Parts: []a2a.Part{a2a.DataPart(raw)}}
+	st, ok := a.complete(t, art)
+	if !ok {
+		return
+	}
+	if ev.publish(a2a.StreamResponse{Task: &a2a.Task{ID: t.id, ContextID: t.contextID, Status: st, Artifacts: []a2a.Artifact{art}}}) {
+		a.log.Info("task completed", "task", t.id, "case", t.ev.CaseID)
 	}
 }
 
