@@ -554,22 +554,23 @@ func (s *Store) DeleteIf(ctx context.Context, id string, pred func(*Record) bool
 	return ErrConflict
 }
 
-// List returns every record, newest first.
+// List returns every record in the bucket, newest first (by CreatedAt,
+// then ID descending), each once. It holds them all in memory: a reader
+// that keeps only some should use [Store.Scan]. Errors are Scan's.
 func (s *Store) List(ctx context.Context) ([]*Record, error) {
-	lister, err := s.kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("task: list: %w", err)
-	}
 	var out []*Record
-	for k := range lister.Keys() {
-		r, _, err := s.Get(ctx, k)
-		if errors.Is(err, ErrNotFound) {
-			continue
+	at := map[string]int{} // id → index in out
+	err := s.Scan(ctx, func(r *Record) error {
+		if i, ok := at[r.ID]; ok {
+			out[i] = r // reported again: the later value is newer
+			return nil
 		}
-		if err != nil {
-			return nil, err
-		}
+		at[r.ID] = len(out)
 		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].CreatedAt.Equal(out[j].CreatedAt) {
@@ -579,6 +580,72 @@ func (s *Store) List(ctx context.Context) ([]*Record, error) {
 	})
 	return out, nil
 }
+
+// Scan calls fn with each record in the bucket, decoded, one at a time on
+// the caller's goroutine, in KV revision order (the order of their last
+// writes, not of creation). It reads the bucket's current values in one
+// stream (a KV watcher, that is a JetStream ordered consumer, stopped when
+// Scan returns), not one read per key, and holds no record itself: fn owns
+// each record it gets. Deleted and purged keys are skipped.
+//
+// Scan is not a snapshot: a record written while it runs may be reported
+// with its value before or after that write, or twice (the older value
+// first), and one created, changed or deleted meanwhile may be missed.
+// Callers that need each record once keep the later of two with one ID.
+//
+// Errors: fn's error, returned unchanged, stops the scan; a stored value
+// that is not a record is "task: decode <id>: …" (as [Store.Get] reports
+// it); the end of ctx, a watcher that could not start (transient NATS
+// errors are retried for RetryFor) or one closed before the last record
+// (the connection closed) are "task: scan: …" errors wrapping the cause.
+func (s *Store) Scan(ctx context.Context, fn func(*Record) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("task: scan: %w", err)
+	}
+	var w jetstream.KeyWatcher
+	err := s.retry(ctx, func() (err error) {
+		w, err = s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("task: scan: watch %s: %w", Bucket, err)
+	}
+	defer func() {
+		_ = w.Stop()
+		// The client blocks delivering into Updates until it is read;
+		// it closes Updates once the subscription is gone.
+		for range w.Updates() {
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil { // before the next value, even one at hand
+			return fmt.Errorf("task: scan: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("task: scan: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return fmt.Errorf("task: scan: %w", errWatcherClosed)
+			case e == nil:
+				return nil // every value stored when the watcher started came
+			case e.Operation() != jetstream.KeyValuePut:
+				continue
+			}
+			r, err := decode(e.Value())
+			if err != nil {
+				return fmt.Errorf("task: decode %s: %w", e.Key(), err)
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// errWatcherClosed is a KV watcher that ended before its initial values did.
+var errWatcherClosed = errors.New("KV watcher closed before the last stored value")
 
 // validKey reports whether id can be a KV key of this store (the task ids
 // a2ad issues are single NATS tokens).

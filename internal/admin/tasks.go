@@ -2,6 +2,7 @@ package admin
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -202,22 +203,115 @@ func (c *pageCursor) after(r *task.Record) bool {
 	return r.ID < c.ID
 }
 
-// page filters recs (newest first, as task.Store.List returns them) and
-// cuts the page after cursor.
-func page(recs []*task.Record, f taskFilter, limit int, cursor *pageCursor, now time.Time) TaskPage {
-	p := TaskPage{Tasks: []*task.Record{}}
-	for _, r := range recs {
-		if !cursor.after(r) || !f.match(r, now) {
-			continue
-		}
-		if len(p.Tasks) == limit {
-			last := p.Tasks[limit-1]
-			p.NextPageToken = pageCursor{CreatedAt: last.CreatedAt, ID: last.ID}.encode()
-			break
-		}
-		p.Tasks = append(p.Tasks, r.Redacted())
+// before reports whether a comes before b in newest-first order: created
+// later, or at the same time with a greater id.
+func before(a, b *task.Record) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
 	}
-	return p
+	return a.ID > b.ID
+}
+
+// pager cuts one page out of records given in any order: it keeps the
+// matching records after the cursor that can still be on the page, at
+// most limit+1 (the extra one says that a next page exists).
+type pager struct {
+	f      taskFilter
+	limit  int
+	cursor *pageCursor
+	now    time.Time
+	held   heldRecords
+	byID   map[string]*heldRecord
+}
+
+func newPager(f taskFilter, limit int, cursor *pageCursor, now time.Time) *pager {
+	return &pager{f: f, limit: limit, cursor: cursor, now: now, byID: map[string]*heldRecord{}}
+}
+
+// add considers r (as a [task.Store.Scan] callback: it never fails). A
+// record given again with the same id replaces the one held if it still
+// matches; if it no longer does, the one held stays (dropping it could
+// leave the page one short when a record was let go for it).
+func (p *pager) add(r *task.Record) error {
+	if !p.cursor.after(r) || !p.f.match(r, p.now) {
+		return nil
+	}
+	if h, ok := p.byID[r.ID]; ok {
+		h.r = r
+		heap.Fix(&p.held, h.i)
+		return nil
+	}
+	if len(p.held) == p.limit+1 {
+		last := p.held[0]
+		if !before(r, last.r) {
+			return nil
+		}
+		delete(p.byID, last.r.ID)
+		last.r = r
+		p.byID[r.ID] = last
+		heap.Fix(&p.held, 0)
+		return nil
+	}
+	h := &heldRecord{r: r}
+	p.byID[r.ID] = h
+	heap.Push(&p.held, h)
+	return nil
+}
+
+// page returns the records held, newest first and redacted, limit at
+// most, with a next page token if one more was held.
+func (p *pager) page() TaskPage {
+	recs := make([]*task.Record, len(p.held))
+	for i, h := range p.held {
+		recs[i] = h.r
+	}
+	slices.SortFunc(recs, func(a, b *task.Record) int {
+		switch {
+		case before(a, b):
+			return -1
+		case before(b, a):
+			return 1
+		}
+		return 0
+	})
+	pg := TaskPage{Tasks: []*task.Record{}}
+	if len(recs) > p.limit {
+		recs = recs[:p.limit]
+		last := recs[p.limit-1]
+		pg.NextPageToken = pageCursor{CreatedAt: last.CreatedAt, ID: last.ID}.encode()
+	}
+	for _, r := range recs {
+		pg.Tasks = append(pg.Tasks, r.Redacted())
+	}
+	return pg
+}
+
+// heldRecord is a record a pager holds and its index in the heap.
+type heldRecord struct {
+	r *task.Record
+	i int
+}
+
+// heldRecords is a heap (container/heap) whose root is the record that
+// comes last in newest-first order: the first to let go.
+type heldRecords []*heldRecord
+
+func (h heldRecords) Len() int           { return len(h) }
+func (h heldRecords) Less(i, j int) bool { return before(h[j].r, h[i].r) }
+func (h heldRecords) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].i, h[j].i = i, j
+}
+func (h *heldRecords) Push(x any) {
+	r := x.(*heldRecord)
+	r.i = len(*h)
+	*h = append(*h, r)
+}
+func (h *heldRecords) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return r
 }
 
 func listTasks(svc *broker.Service) http.HandlerFunc {
@@ -228,12 +322,13 @@ func listTasks(svc *broker.Service) http.HandlerFunc {
 			return
 		}
 		now := time.Now()
-		recs, err := svc.Tasks.List(r.Context())
-		if err != nil {
+		// One pass over the bucket, keeping only what can be on the page.
+		pg := newPager(f, limit, cursor, now)
+		if err := svc.Tasks.Scan(r.Context(), pg.add); err != nil {
 			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, page(recs, f, limit, cursor, now))
+		writeJSON(w, http.StatusOK, pg.page())
 	}
 }
 

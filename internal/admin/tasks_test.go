@@ -24,13 +24,13 @@ import (
 
 // api is the admin API on a real task store (embedded NATS).
 type api struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	store *task.Store
 	js    jetstream.JetStream
 }
 
-func newAPI(t *testing.T) *api {
+func newAPI(t testing.TB) *api {
 	t.Helper()
 	_, _, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -416,4 +416,210 @@ func TestWatchTasksHeartbeat(t *testing.T) {
 	s := a.watch("")
 	s.next(t, ": watching")
 	s.next(t, ": heartbeat")
+}
+
+// walk pages through GET /v1/tasks with query and limit, failing unless
+// every page but the last is full and has a next page token; between pages
+// it calls between (may be nil) with the page number.
+func (a *api) walk(t *testing.T, query string, limit int, between func(n int)) []string {
+	t.Helper()
+	var got []string
+	token := ""
+	for n := 0; ; n++ {
+		if n > 300 {
+			t.Fatal("pagination does not end")
+		}
+		q := fmt.Sprintf("/v1/tasks?limit=%d", limit)
+		if query != "" {
+			q += "&" + query
+		}
+		if token != "" {
+			q += "&page_token=" + token
+		}
+		var p TaskPage
+		if code := a.do("GET", q, "", &p); code != http.StatusOK {
+			t.Fatalf("page %d: status %d", n, code)
+		}
+		got = append(got, ids(p)...)
+		token = p.NextPageToken
+		if token == "" {
+			return got
+		}
+		if len(p.Tasks) != limit {
+			t.Fatalf("page %d has %d tasks and a next page, want %d", n, len(p.Tasks), limit)
+		}
+		if between != nil {
+			between(n)
+		}
+	}
+}
+
+// A walk through 250 tasks, stored in another order than their creation
+// and rewritten meanwhile, returns exactly the matching ids newest first,
+// each once, whatever the filter and page size.
+func TestListTasksPageWalkOver250(t *testing.T) {
+	a := newAPI(t)
+	ctx := context.Background()
+	const n = 250
+	base := time.Now().Add(-2 * time.Hour).UTC()
+	states := []task.State{task.Working, task.Completed, task.InputRequired, task.Failed}
+	tenantOf := func(i int) string { return map[bool]string{true: "globex", false: "acme"}[i%3 == 0] }
+	agentOf := func(i int) string { return map[bool]string{true: "kyc", false: "fraud-review"}[i%5 == 0] }
+	for k := range n {
+		// Every index once, out of creation order; four tasks per
+		// creation time.
+		i := k * 97 % n
+		created := base.Add(time.Duration(i/4) * time.Minute)
+		r := &task.Record{ID: fmt.Sprintf("tsk-%03d", i), Tenant: tenantOf(i), AgentID: agentOf(i), State: states[i%4],
+			CreatedAt: created, UpdatedAt: created}
+		if err := a.store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite := func(id string) {
+		t.Helper()
+		if _, err := a.store.Update(ctx, id, func(r *task.Record) error { r.Question = "again"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i += 7 {
+		rewrite(fmt.Sprintf("tsk-%03d", i))
+	}
+	// want lists the indexes that pass, newest first: ids grow with the
+	// creation time and, within one, sort by id.
+	want := func(pass func(i int) bool) []string {
+		out := []string{}
+		for i := n - 1; i >= 0; i-- {
+			if pass(i) {
+				out = append(out, fmt.Sprintf("tsk-%03d", i))
+			}
+		}
+		return out
+	}
+	cases := []struct {
+		query string
+		limit int
+		pass  func(i int) bool
+	}{
+		{"", 50, func(int) bool { return true }}, // the last page is exactly full
+		{"", 1000, func(int) bool { return true }},
+		{"", 1, func(int) bool { return true }},
+		{"tenant=acme&state=working,input-required", 7, func(i int) bool {
+			return tenantOf(i) == "acme" && (states[i%4] == task.Working || states[i%4] == task.InputRequired)
+		}},
+		{"agent=fraud-review&newer_than=95m30s", 9, func(i int) bool { return agentOf(i) == "fraud-review" && i/4 >= 25 }},
+		{"agent=kyc&tenant=globex&state=completed", 2, func(i int) bool {
+			return agentOf(i) == "kyc" && tenantOf(i) == "globex" && states[i%4] == task.Completed
+		}},
+		{"state=canceled", 10, func(int) bool { return false }},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s limit %d", c.query, c.limit), func(t *testing.T) {
+			w := want(c.pass)
+			// Between pages, newer tasks arrive and listed and unlisted
+			// ones are rewritten: none of it shifts the walk.
+			extra := 0
+			got := a.walk(t, c.query, c.limit, func(p int) {
+				if p%5 != 0 || len(w) == 0 {
+					return
+				}
+				extra++
+				a.seed(fmt.Sprintf("tsk-new-%d-%d", c.limit, extra), "acme", "fraud-review", task.Working, 0)
+				rewrite(w[0])
+				rewrite(w[len(w)-1])
+			})
+			if !slices.Equal(got, w) {
+				t.Errorf("walked %d ids\n%v\nwant %d\n%v", len(got), got, len(w), w)
+			}
+			seen := map[string]bool{}
+			for _, id := range got {
+				if seen[id] {
+					t.Errorf("%s listed twice", id)
+				}
+				seen[id] = true
+			}
+		})
+		// The tasks added while walking are newer than any other: drop
+		// them before the next case.
+		for {
+			var p TaskPage
+			a.do("GET", "/v1/tasks?newer_than=10m", "", &p)
+			if len(p.Tasks) == 0 {
+				break
+			}
+			for _, r := range p.Tasks {
+				if err := a.store.Delete(ctx, r.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// A record deleted from the bucket, by a purge (the store's Delete) or a
+// delete marker, is not listed, also when it goes between two pages.
+func TestListTasksSkipsDeletedRecords(t *testing.T) {
+	a := newAPI(t)
+	ctx := context.Background()
+	for i := range 6 {
+		a.seed(fmt.Sprintf("tsk-%d", i), "acme", "fraud-review", task.Working, time.Duration(6-i)*time.Minute)
+	}
+	kv, err := a.js.KeyValue(ctx, task.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.store.Delete(ctx, "tsk-5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "tsk-3"); err != nil {
+		t.Fatal(err)
+	}
+	var p TaskPage
+	if code := a.do("GET", "/v1/tasks?tenant=acme", "", &p); code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	if got, want := ids(p), []string{"tsk-4", "tsk-2", "tsk-1", "tsk-0"}; !slices.Equal(got, want) || p.NextPageToken != "" {
+		t.Errorf("listed %v (next %q), want %v", got, p.NextPageToken, want)
+	}
+	got := a.walk(t, "", 2, func(n int) {
+		if n == 0 {
+			if err := kv.Delete(ctx, "tsk-1"); err != nil { // on the next page
+				t.Fatal(err)
+			}
+		}
+	})
+	if want := []string{"tsk-4", "tsk-2", "tsk-0"}; !slices.Equal(got, want) {
+		t.Errorf("walked %v, want %v", got, want)
+	}
+}
+
+// The pager keeps one record per id: given again (a scan may report a
+// record written meanwhile twice), the later value replaces the one held
+// if it still matches, and the page stays full either way.
+func TestPagerKeepsOneRecordPerID(t *testing.T) {
+	now := time.Now()
+	rec := func(i int, state task.State) *task.Record {
+		at := now.Add(-time.Duration(i) * time.Minute)
+		return &task.Record{ID: fmt.Sprintf("tsk-%d", i), State: state, CreatedAt: at, UpdatedAt: at}
+	}
+	p := newPager(taskFilter{States: []task.State{task.Working}}, 3, nil, now)
+	for _, i := range []int{5, 2, 7, 0, 4, 1, 6, 3} {
+		_ = p.add(rec(i, task.Working))
+	}
+	changed := rec(1, task.Working)
+	changed.Question = "later"
+	for _, r := range []*task.Record{rec(0, task.Completed), changed, rec(6, task.Working), rec(2, task.Working)} {
+		_ = p.add(r)
+	}
+	pg := p.page()
+	if got, want := ids(pg), []string{"tsk-0", "tsk-1", "tsk-2"}; !slices.Equal(got, want) {
+		t.Fatalf("page %v, want %v", got, want)
+	}
+	if pg.Tasks[0].State != task.Working || pg.Tasks[1].Question != "later" {
+		t.Errorf("page holds %s %q, %s %q", pg.Tasks[0].ID, pg.Tasks[0].State, pg.Tasks[1].ID, pg.Tasks[1].Question)
+	}
+	c, err := decodeCursor(pg.NextPageToken)
+	if err != nil || c.ID != "tsk-2" {
+		t.Errorf("next page token %q (%v), want one after tsk-2", pg.NextPageToken, err)
+	}
 }

@@ -1,0 +1,192 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// scanStore is a store on a fresh embedded NATS, with the bucket itself for
+// writes that bypass the store.
+func scanStore(t *testing.T) (*Store, jetstream.KeyValue, jetstream.JetStream) {
+	t.Helper()
+	_, _, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s, err := NewStore(ctx, js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, kv, js
+}
+
+// bucketConsumers is the number of consumers on the bucket's stream (the
+// store's own watcher is one).
+func bucketConsumers(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	st, err := js.Stream(context.Background(), "KV_"+Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+func scanIDs(t *testing.T, s *Store) []string {
+	t.Helper()
+	var got []string
+	if err := s.Scan(context.Background(), func(r *Record) error { got = append(got, r.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// Scan reports each current record once, decoded, in the order of their
+// last writes; records deleted (a delete marker) or purged are not
+// reported, and List returns the same records newest first.
+func TestScanReportsEachCurrentRecordOnce(t *testing.T) {
+	s, kv, js := scanStore(t)
+	ctx := context.Background()
+	before := bucketConsumers(t, js)
+	if got := scanIDs(t, s); len(got) != 0 {
+		t.Fatalf("empty bucket: scanned %v", got)
+	}
+	base := time.Now().Add(-time.Hour).UTC()
+	for i := range 30 {
+		at := base.Add(time.Duration(i) * time.Second)
+		r := &Record{ID: fmt.Sprintf("s-%02d", i), Tenant: "acme", AgentID: "fraud-review", State: Working,
+			Turns: i, CreatedAt: at, UpdatedAt: at}
+		if err := s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rewritten records move to the end of the write order, with their new
+	// value.
+	for _, id := range []string{"s-03", "s-00"} {
+		if _, err := s.Update(ctx, id, func(r *Record) error { r.Question = "rewritten " + id; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "s-10"); err != nil { // purge
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "s-20"); err != nil { // delete marker
+		t.Fatal(err)
+	}
+
+	var want []string
+	for i := range 30 {
+		if id := fmt.Sprintf("s-%02d", i); !slices.Contains([]string{"s-00", "s-03", "s-10", "s-20"}, id) {
+			want = append(want, id)
+		}
+	}
+	want = append(want, "s-03", "s-00")
+	var got []string
+	err := s.Scan(ctx, func(r *Record) error {
+		got = append(got, r.ID)
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.ID, "s-"))
+		if r.Turns != n || r.Tenant != "acme" || r.State != Working {
+			t.Errorf("%s decoded as turns %d tenant %q state %s", r.ID, r.Turns, r.Tenant, r.State)
+		}
+		if q := "rewritten " + r.ID; (r.ID == "s-00" || r.ID == "s-03") != (r.Question == q) {
+			t.Errorf("%s has question %q", r.ID, r.Question)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("scanned\n%v\nwant\n%v", got, want)
+	}
+
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, r := range list {
+		listed = append(listed, r.ID)
+	}
+	newest := slices.Clone(want)
+	slices.Sort(newest)
+	slices.Reverse(newest)
+	if !slices.Equal(listed, newest) {
+		t.Errorf("listed\n%v\nwant\n%v", listed, newest)
+	}
+
+	// Each scan's watcher goes with it.
+	waitUntil(t, "the scans' consumers to go", func() bool { return bucketConsumers(t, js) == before })
+}
+
+// fn's error stops the scan and is returned as is; the end of ctx stops it
+// with the context's error; the watcher goes either way.
+func TestScanStopsOnCallbackErrorAndContextEnd(t *testing.T) {
+	s, _, js := scanStore(t)
+	ctx := context.Background()
+	before := bucketConsumers(t, js)
+	now := time.Now().UTC()
+	for i := range 600 { // more than the watcher's buffer: some are unread when it stops
+		if err := s.Create(ctx, &Record{ID: fmt.Sprintf("e-%03d", i), State: Submitted, CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := errors.New("enough")
+	calls := 0
+	err := s.Scan(ctx, func(*Record) error {
+		if calls++; calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || calls != 3 {
+		t.Errorf("Scan = %v after %d calls, want the callback's error after 3", err, calls)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	calls = 0
+	err = s.Scan(cctx, func(*Record) error { calls++; cancel(); return nil })
+	if !errors.Is(err, context.Canceled) || calls != 1 {
+		t.Errorf("Scan = %v after %d calls, want context.Canceled after 1", err, calls)
+	}
+	if err := s.Scan(cctx, func(*Record) error { t.Error("called after the end of ctx"); return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("Scan on an ended context = %v", err)
+	}
+	waitUntil(t, "the scans' consumers to go", func() bool { return bucketConsumers(t, js) == before })
+}
+
+// A stored value that is not a record fails the scan, naming its key, as
+// Get does.
+func TestScanReportsValueThatIsNotARecord(t *testing.T) {
+	s, kv, _ := scanStore(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err := s.Create(ctx, &Record{ID: "ok-1", State: Submitted, CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "junk-1", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Scan(ctx, func(*Record) error { return nil })
+	if err == nil || !strings.HasPrefix(err.Error(), "task: decode junk-1: ") {
+		t.Errorf("Scan = %v, want a decode error naming junk-1", err)
+	}
+	if _, err := s.List(ctx); err == nil || !strings.HasPrefix(err.Error(), "task: decode junk-1: ") {
+		t.Errorf("List = %v, want a decode error naming junk-1", err)
+	}
+}
