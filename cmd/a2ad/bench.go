@@ -94,10 +94,12 @@ func newBench() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			gc := tuneGC(log) // as serve runs: the figures are serve's
 			rep, err := runBench(ctx, o, cmd.ErrOrStderr(), log)
 			if err != nil {
 				return err
 			}
+			rep.GOGC, rep.MemoryLimit = gc.describe(), gc.MemoryLimit
 			if o.JSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -129,6 +131,11 @@ type benchReport struct {
 	LoadAverage string `json:"load_average"`
 	Duration    string `json:"duration"`
 	Warmup      string `json:"warmup"`
+	// GOGC is the Go GC target the run had: a2ad's default (as `a2ad
+	// serve` sets it) or the environment's GOGC. MemoryLimit is the soft
+	// memory limit set from the cgroup, in bytes (0: none).
+	GOGC        string `json:"gogc"`
+	MemoryLimit int64  `json:"memory_limit_bytes"`
 
 	NATS    []benchFigures `json:"nats_request_reply"`
 	Trivial []benchFigures `json:"mcp_trivial_call"`
@@ -885,8 +892,8 @@ func (rep *benchReport) print(w io.Writer) error {
 	if rep.Race {
 		race = "ON (figures are not representative)"
 	}
-	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, load average %s\n",
-		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.LoadAverage)
+	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, GOGC %s, load average %s\n",
+		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.GOGC, rep.LoadAverage)
 	fmt.Fprintf(w, "each latency measurement: %s after a %s warm-up; concurrency N = N hosts, each its own token, session and connections\n\n",
 		rep.Duration, rep.Warmup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -40,6 +40,7 @@ func newDemo() *cobra.Command {
 				level = slog.LevelInfo
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			tuneGC(log) // as serve runs
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
 			return runDemo(ctx, cmd.OutOrStdout(), log)

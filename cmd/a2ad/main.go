@@ -80,6 +80,7 @@ func newServe() *cobra.Command {
 			// Libraries that log through the standard loggers (the JWKS
 			// refresher) write in the same format.
 			slog.SetDefault(log)
+			log.Info("Go runtime", tuneGC(log).logAttrs()...)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// SIGHUP is caught from now on: a reload (systemctl reload)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,6 +127,9 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	var stderr lockedBuffer
 	cmd := exec.Command(bin, "serve", "--stdio", "--config", writeConfig(t), "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir())
 	cmd.Stderr = &stderr
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "AUTOMEMLIMIT=")
+	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -162,6 +166,9 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "a2ad serving") {
 		t.Errorf("logs did not go to stderr: %q", stderr.String())
+	}
+	if want := `msg="Go runtime" go_gc_percent="400 (a2ad default; set GOGC to change)"`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("startup log lacks %s: %q", want, stderr.String())
 	}
 	// The stdio principal is the configured one (default: subject local,
 	// tenant default, scopes a2a:read a2a:delegate, so every tool).
