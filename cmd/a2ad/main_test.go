@@ -130,6 +130,7 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "AUTOMEMLIMIT=")
 	})
+	cmd.Env = append(cmd.Env, "GOMEMLIMIT=1GiB")
 	client := mcp.NewClient(&mcp.Implementation{Name: "stdio-host", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -167,7 +168,7 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	if !strings.Contains(stderr.String(), "a2ad serving") {
 		t.Errorf("logs did not go to stderr: %q", stderr.String())
 	}
-	if want := `msg="Go runtime" go_gc_percent="400 (a2ad default; set GOGC to change)"`; !strings.Contains(stderr.String(), want) {
+	if want := `msg="Go runtime" go_gc_percent="400 (a2ad default under a memory limit)" go_memory_limit="GOMEMLIMIT (environment)" go_memory_limit_bytes=1073741824`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("startup log lacks %s: %q", want, stderr.String())
 	}
 	// The stdio principal is the configured one (default: subject local,
