@@ -32,21 +32,6 @@ func scanStore(t *testing.T) (*Store, jetstream.KeyValue, jetstream.JetStream) {
 	return s, kv, js
 }
 
-// bucketConsumers is the number of consumers on the bucket's stream (the
-// store's own watcher is one).
-func bucketConsumers(t *testing.T, js jetstream.JetStream) int {
-	t.Helper()
-	st, err := js.Stream(context.Background(), "KV_"+Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Consumers
-}
-
 func scanIDs(t *testing.T, s *Store) []string {
 	t.Helper()
 	var got []string
@@ -62,7 +47,7 @@ func scanIDs(t *testing.T, s *Store) []string {
 func TestScanReportsEachCurrentRecordOnce(t *testing.T) {
 	s, kv, js := scanStore(t)
 	ctx := context.Background()
-	before := bucketConsumers(t, js)
+	before := natstest.Consumers(t, js, "KV_"+Bucket)
 	if got := scanIDs(t, s); len(got) != 0 {
 		t.Fatalf("empty bucket: scanned %v", got)
 	}
@@ -131,7 +116,7 @@ func TestScanReportsEachCurrentRecordOnce(t *testing.T) {
 	}
 
 	// Each scan's watcher goes with it.
-	waitUntil(t, "the scans' consumers to go", func() bool { return bucketConsumers(t, js) == before })
+	waitUntil(t, "the scans' consumers to go", func() bool { return natstest.Consumers(t, js, "KV_"+Bucket) == before })
 }
 
 // fn's error stops the scan and is returned as is; the end of ctx stops it
@@ -139,7 +124,7 @@ func TestScanReportsEachCurrentRecordOnce(t *testing.T) {
 func TestScanStopsOnCallbackErrorAndContextEnd(t *testing.T) {
 	s, _, js := scanStore(t)
 	ctx := context.Background()
-	before := bucketConsumers(t, js)
+	before := natstest.Consumers(t, js, "KV_"+Bucket)
 	now := time.Now().UTC()
 	for i := range 600 { // more than the watcher's buffer: some are unread when it stops
 		if err := s.Create(ctx, &Record{ID: fmt.Sprintf("e-%03d", i), State: Submitted, CreatedAt: now, UpdatedAt: now}); err != nil {
@@ -167,7 +152,7 @@ func TestScanStopsOnCallbackErrorAndContextEnd(t *testing.T) {
 	if err := s.Scan(cctx, func(*Record) error { t.Error("called after the end of ctx"); return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("Scan on an ended context = %v", err)
 	}
-	waitUntil(t, "the scans' consumers to go", func() bool { return bucketConsumers(t, js) == before })
+	waitUntil(t, "the scans' consumers to go", func() bool { return natstest.Consumers(t, js, "KV_"+Bucket) == before })
 }
 
 // A stored value that is not a record fails the scan, naming its key, as

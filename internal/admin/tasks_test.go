@@ -330,24 +330,11 @@ func (s *sse) next(t *testing.T, prefix string) string {
 	}
 }
 
-func consumers(t *testing.T, js jetstream.JetStream) int {
-	t.Helper()
-	st, err := js.Stream(context.Background(), "KV_"+task.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Consumers
-}
-
 func TestWatchTasks(t *testing.T) {
 	a := newAPI(t)
 	a.seed("tsk-acme", "acme", "fraud-review", task.Working, time.Minute)
 	a.seed("tsk-globex", "globex", "fraud-review", task.Working, time.Minute)
-	before := consumers(t, a.js)
+	before := natstest.Consumers(t, a.js, "KV_"+task.Bucket)
 
 	s := a.watch("?state=canceled&tenant=acme")
 	s.next(t, ": watching")
@@ -395,14 +382,14 @@ func TestWatchTasks(t *testing.T) {
 	}
 
 	// The request's KV watcher goes with the client.
-	if n := consumers(t, a.js); n != before+1 {
+	if n := natstest.Consumers(t, a.js, "KV_"+task.Bucket); n != before+1 {
 		t.Errorf("%d consumers while watching, want %d", n, before+1)
 	}
 	s.stop()
 	deadline := time.Now().Add(10 * time.Second)
-	for consumers(t, a.js) != before {
+	for natstest.Consumers(t, a.js, "KV_"+task.Bucket) != before {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d consumers after the client left, want %d", consumers(t, a.js), before)
+			t.Fatalf("%d consumers after the client left, want %d", natstest.Consumers(t, a.js, "KV_"+task.Bucket), before)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

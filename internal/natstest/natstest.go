@@ -3,6 +3,7 @@
 package natstest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/a2ad/a2ad/internal/embedded"
@@ -36,4 +37,18 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Consumers is the number of consumers stream has now.
+func Consumers(t testing.TB, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
 }
