@@ -78,7 +78,7 @@ func newBench() *cobra.Command {
 			"GOMAXPROCS) and the cost of holding --open-tasks open tasks: the time to create them, the time for a fresh " +
 			"task store to load and schedule them, and the heap they take, also once embedded NATS's block cache has " +
 			"expired. It prints p50, p99, throughput, CPU time and allocations per operation, the ratios of the delegation " +
-			"figures to the two floors, and the project's targets, met or missed. With the defaults a run takes under " +
+			"figures to the two floors, and the project's targets, met or missed. With the defaults a run takes about " +
 			"two minutes; progress goes to stderr.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -91,6 +91,13 @@ func newBench() *cobra.Command {
 			if o.OpenTasks < 1 {
 				return errors.New("bench: --open-tasks must be at least 1")
 			}
+			if o.CPUProfile != "" { // refused now, not after minutes of measurements
+				f, err := os.Create(o.CPUProfile)
+				if err != nil {
+					return fmt.Errorf("bench: --cpuprofile: %w", err)
+				}
+				f.Close()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -99,7 +106,7 @@ func newBench() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep.GOGC, rep.MemoryLimit = gc.describe(), gc.MemoryLimit
+			rep.GOGC, rep.MemoryLimit, rep.MemoryLimitSource = gc.describe(), gc.MemoryLimit, gc.MemorySource
 			if o.JSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -131,11 +138,14 @@ type benchReport struct {
 	LoadAverage string `json:"load_average"`
 	Duration    string `json:"duration"`
 	Warmup      string `json:"warmup"`
-	// GOGC is the Go GC target the run had: a2ad's default (as `a2ad
-	// serve` sets it) or the environment's GOGC. MemoryLimit is the soft
-	// memory limit set from the cgroup, in bytes (0: none).
-	GOGC        string `json:"gogc"`
-	MemoryLimit int64  `json:"memory_limit_bytes"`
+	// GOGC is the Go GC target the run had and where it came from, as
+	// `a2ad serve` decides it (docs/operations.md, "Go runtime"), e.g.
+	// "400 (a2ad default under a memory limit)". MemoryLimit is the soft
+	// memory limit in effect in bytes (0: none), from the cgroup or
+	// GOMEMLIMIT; MemoryLimitSource says which, or why there is none.
+	GOGC              string `json:"gogc"`
+	MemoryLimit       int64  `json:"memory_limit_bytes"`
+	MemoryLimitSource string `json:"memory_limit_source"`
 
 	NATS    []benchFigures `json:"nats_request_reply"`
 	Trivial []benchFigures `json:"mcp_trivial_call"`
@@ -892,8 +902,13 @@ func (rep *benchReport) print(w io.Writer) error {
 	if rep.Race {
 		race = "ON (figures are not representative)"
 	}
-	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, GOGC %s, load average %s\n",
-		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.GOGC, rep.LoadAverage)
+	mem := rep.MemoryLimitSource
+	if rep.MemoryLimit > 0 {
+		mem = fmt.Sprintf("%.0f MiB (%s)", float64(rep.MemoryLimit)/(1<<20), rep.MemoryLimitSource)
+	}
+	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, load average %s\n",
+		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.LoadAverage)
+	fmt.Fprintf(w, "Go GC target %s, memory limit %s\n", rep.GOGC, mem)
 	fmt.Fprintf(w, "each latency measurement: %s after a %s warm-up; concurrency N = N hosts, each its own token, session and connections\n\n",
 		rep.Duration, rep.Warmup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -909,7 +924,7 @@ func (rep *benchReport) print(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
-	fmt.Fprintln(tw, "delegation ÷ floor\tconcurrency\tp50\tp99\tper second\t\t\t\t")
+	fmt.Fprintln(tw, "delegation (agent: 1 event) ÷ floor\tconcurrency\tp50\tp99\tper second\t\t\t\t")
 	for _, r := range rep.Ratios {
 		fmt.Fprintf(tw, "÷ raw NATS\t%d\t%.2f×\t%.2f×\t\t\t\t\t\n", r.Concurrency, r.P50OverNATS, r.P99OverNATS)
 		fmt.Fprintf(tw, "÷ trivial MCP call\t%d\t%.2f×\t%.2f×\t%.2f×\t\t\t\t\n", r.Concurrency, r.P50OverTrivial, r.P99OverTrivial, r.RateOverTrivial)

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,10 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	const openTasks = 20_000
 	cmd := exec.Command(bin, "bench", "--duration", "300ms", "--concurrency", "1,64", "--open-tasks", strconv.Itoa(openTasks), "--json")
 	cmd.Dir = t.TempDir()
+	// The GC settings the report states, whatever this machine's cgroup.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "AUTOMEMLIMIT=")
+	}), "GOMEMLIMIT=3GiB")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -36,6 +41,9 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 
 	if rep.GoVersion != runtime.Version() || rep.GOMAXPROCS < 1 || rep.NumCPU < 1 || rep.CPUModel == "" || rep.LoadAverage == "" {
 		t.Errorf("environment: go %q, GOMAXPROCS %d, CPUs %d, CPU %q, load %q", rep.GoVersion, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, rep.LoadAverage)
+	}
+	if rep.GOGC != "400 (a2ad default under a memory limit)" || rep.MemoryLimit != 3<<30 || rep.MemoryLimitSource != "GOMEMLIMIT" {
+		t.Errorf("GC settings: gogc %q, memory limit %d (%q); want 400 under GOMEMLIMIT's 3 GiB", rep.GOGC, rep.MemoryLimit, rep.MemoryLimitSource)
 	}
 	if wantRace := os.Getenv("A2AD_TEST_RACE") != "0"; rep.Race != wantRace {
 		t.Errorf("race = %v, want %v (TestMain's build)", rep.Race, wantRace)

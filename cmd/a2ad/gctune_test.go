@@ -1,11 +1,12 @@
 package main
 
 import (
-	"io"
+	"bytes"
 	"log/slog"
 	"math"
 	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -18,51 +19,85 @@ func unsetenv(t *testing.T, name string) {
 	}
 }
 
-// gcPercent reads the runtime's GC target without changing it.
-func gcPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
+// TestTuneGC: the larger GC target only under a memory limit, never over
+// an operator's GOGC, and every setting reported as the runtime has it.
+// GOGC and GOMEMLIMIT are read by the runtime at start only, so each case
+// also sets what the runtime would have taken from them.
+func TestTuneGC(t *testing.T) {
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
+
+	cases := []struct {
+		name       string
+		env        map[string]string // "" unsets
+		runtimeGC  int               // what the runtime took from GOGC at start
+		runtimeMem int64             // and from GOMEMLIMIT
+		want       gcSettings
+		describe   string
+		warning    string
+	}{
+		{"memory limit from GOMEMLIMIT", map[string]string{"GOGC": "", "GOMEMLIMIT": "1GiB"}, 100, 1 << 30,
+			gcSettings{400, "a2ad default under a memory limit", 1 << 30, "GOMEMLIMIT"}, "400 (a2ad default under a memory limit)", ""},
+		{"no memory limit", map[string]string{"GOGC": "", "GOMEMLIMIT": "", "AUTOMEMLIMIT": "off"}, 100, math.MaxInt64,
+			gcSettings{100, "Go default (no memory limit)", 0, "none: AUTOMEMLIMIT=off"}, "100 (Go default (no memory limit))", ""},
+		{"GOGC set", map[string]string{"GOGC": "150", "GOMEMLIMIT": "1GiB"}, 150, 1 << 30,
+			gcSettings{150, "GOGC", 1 << 30, "GOMEMLIMIT"}, "150 (GOGC)", ""},
+		{"GOGC off", map[string]string{"GOGC": "off", "GOMEMLIMIT": "1GiB"}, -1, 1 << 30,
+			gcSettings{-1, "GOGC", 1 << 30, "GOMEMLIMIT"}, "off (GOGC)", ""},
+		{"GOGC not understood", map[string]string{"GOGC": "garbage", "GOMEMLIMIT": "1GiB"}, 100, 1 << 30,
+			gcSettings{100, "Go default (GOGC not understood)", 1 << 30, "GOMEMLIMIT"}, "100 (Go default (GOGC not understood))",
+			`msg="GOGC is not a number or off; the Go runtime ignores it and runs at its default" GOGC=garbage`},
+		{"GOMEMLIMIT off", map[string]string{"GOGC": "", "GOMEMLIMIT": "off"}, 100, math.MaxInt64,
+			gcSettings{100, "Go default (no memory limit)", 0, "none: GOMEMLIMIT=off"}, "100 (Go default (no memory limit))", ""},
+		{"AUTOMEMLIMIT not understood", map[string]string{"GOGC": "", "GOMEMLIMIT": "", "AUTOMEMLIMIT": "garbage"}, 100, math.MaxInt64,
+			gcSettings{100, "Go default (no memory limit)", 0, "none: the cgroup memory limit could not be used"}, "100 (Go default (no memory limit))",
+			`msg="Go memory limit not set from the cgroup; running without a memory limit" err="cannot parse AUTOMEMLIMIT: garbage"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				if v == "" {
+					unsetenv(t, k)
+				} else {
+					t.Setenv(k, v)
+				}
+			}
+			debug.SetGCPercent(c.runtimeGC)
+			debug.SetMemoryLimit(c.runtimeMem)
+			var logs bytes.Buffer
+			s := tuneGC(slog.New(slog.NewTextHandler(&logs, nil)))
+			if s != c.want || s.describe() != c.describe {
+				t.Errorf("settings %+v (%q), want %+v (%q)", s, s.describe(), c.want, c.describe)
+			}
+			if got := debug.SetGCPercent(c.runtimeGC); got != c.want.GCPercent {
+				t.Errorf("runtime GC target %d, want %d", got, c.want.GCPercent)
+			}
+			if c.warning == "" && logs.Len() > 0 || !strings.Contains(logs.String(), c.warning) {
+				t.Errorf("logs %q, want %q", logs.String(), c.warning)
+			}
+		})
+	}
 }
 
-// TestTuneGC: the larger GC target only under a memory limit, never over
-// an operator's GOGC. The GOMEMLIMIT environment variable is read by the
-// runtime at start only, so the test sets the limit the runtime would
-// have taken from it as well.
-func TestTuneGC(t *testing.T) {
-	percent, limit := gcPercent(), debug.SetMemoryLimit(-1)
+// TestTuneGCRatio: AUTOMEMLIMIT's ratio is the one reported. The machine
+// may have no cgroup memory limit, so automemlimit's own fallback to the
+// machine's memory (AUTOMEMLIMIT_EXPERIMENT=system) supplies one.
+func TestTuneGCRatio(t *testing.T) {
+	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	t.Run("memory limit", func(t *testing.T) {
-		unsetenv(t, "GOGC")
-		t.Setenv("GOMEMLIMIT", "1GiB")
-		debug.SetMemoryLimit(1 << 30)
-		debug.SetGCPercent(100)
-		s := tuneGC(log)
-		if got := gcPercent(); got != 400 || s.describe() != "400 (a2ad default under a memory limit)" || s.MemoryLimit != 1<<30 || s.FromCgroup {
-			t.Errorf("GC target %d, settings %+v (%q); want 400 under GOMEMLIMIT's 1 GiB", got, s, s.describe())
+	unsetenv(t, "GOGC")
+	unsetenv(t, "GOMEMLIMIT")
+	t.Setenv("AUTOMEMLIMIT_EXPERIMENT", "system")
+	for ratio, want := range map[string]string{"": "90% of the cgroup memory limit", "0.5": "50% of the cgroup memory limit"} {
+		if ratio == "" {
+			unsetenv(t, "AUTOMEMLIMIT")
+		} else {
+			t.Setenv("AUTOMEMLIMIT", ratio)
 		}
-	})
-	t.Run("no memory limit", func(t *testing.T) {
-		unsetenv(t, "GOGC")
-		unsetenv(t, "GOMEMLIMIT")
-		t.Setenv("AUTOMEMLIMIT", "off") // whatever cgroup this test runs in
 		debug.SetMemoryLimit(math.MaxInt64)
-		debug.SetGCPercent(100)
-		s := tuneGC(log)
-		if got := gcPercent(); got != 100 || s.describe() != "100 (Go default: no memory limit)" || s.MemoryLimit != 0 {
-			t.Errorf("GC target %d, settings %+v (%q); want Go's 100 without a memory limit", got, s, s.describe())
+		s := tuneGC(slog.New(slog.DiscardHandler))
+		if s.MemorySource != want || s.MemoryLimit <= 0 || s.GCPercent != 400 {
+			t.Errorf("AUTOMEMLIMIT=%q: settings %+v, want %q, a limit and GC 400", ratio, s, want)
 		}
-	})
-	t.Run("GOGC set", func(t *testing.T) {
-		t.Setenv("GOGC", "150")
-		t.Setenv("GOMEMLIMIT", "1GiB")
-		debug.SetMemoryLimit(1 << 30)
-		debug.SetGCPercent(150) // what the runtime took from GOGC at start
-		s := tuneGC(log)
-		if got := gcPercent(); got != 150 || s.describe() != "150 (environment)" {
-			t.Errorf("GC target %d, settings %+v (%q); want 150 left as the environment set it", got, s, s.describe())
-		}
-	})
+	}
 }

@@ -168,7 +168,7 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	if !strings.Contains(stderr.String(), "a2ad serving") {
 		t.Errorf("logs did not go to stderr: %q", stderr.String())
 	}
-	if want := `msg="Go runtime" go_gc_percent="400 (a2ad default under a memory limit)" go_memory_limit="GOMEMLIMIT (environment)" go_memory_limit_bytes=1073741824`; !strings.Contains(stderr.String(), want) {
+	if want := `msg="Go runtime" go_gc_percent=400 go_gc_source="a2ad default under a memory limit" go_memory_limit_bytes=1073741824 go_memory_limit_source=GOMEMLIMIT`; !strings.Contains(stderr.String(), want) {
 		t.Errorf("startup log lacks %s: %q", want, stderr.String())
 	}
 	// The stdio principal is the configured one (default: subject local,

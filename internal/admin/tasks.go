@@ -102,7 +102,11 @@ func parseQuery(q url.Values, allowed ...string) (f taskFilter, limit int, curso
 			return f, 0, nil, &paramError{name, "unknown parameter (want " + strings.Join(allowed, ", ") + ")"}
 		}
 		if len(vs) > 1 {
-			return f, 0, nil, &paramError{name, "given more than once (list states as state=a,b)"}
+			reason := "given more than once"
+			if name == "state" {
+				reason += " (list states as state=a,b)"
+			}
+			return f, 0, nil, &paramError{name, reason}
 		}
 		v := vs[0]
 		switch name {

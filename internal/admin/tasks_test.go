@@ -234,6 +234,16 @@ func TestListTasksBadParameters(t *testing.T) {
 			}
 		})
 	}
+	// A repeated parameter is named; only state gets the hint about lists.
+	for path, want := range map[string]string{
+		"/v1/tasks?state=working&state=failed": "state: given more than once (list states as state=a,b)",
+		"/v1/tasks?limit=1&limit=2":            "limit: given more than once",
+	} {
+		var e apiError
+		if a.do("GET", path, "", &e); e.Error.Message != want {
+			t.Errorf("GET %s: error %q, want %q", path, e.Error.Message, want)
+		}
+	}
 }
 
 func TestCancelTask(t *testing.T) {
