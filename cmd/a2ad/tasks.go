@@ -73,14 +73,18 @@ func newTasks() *cobra.Command {
 	var filter taskFilterFlags
 	var limit int
 	var all bool
+	var pageToken string
 	list := &cobra.Command{
-		Use:   "list [--state s1,s2] [--agent A] [--tenant T] [--older-than D] [--newer-than D] [--limit N] [--all]",
+		Use:   "list [--state s1,s2] [--agent A] [--tenant T] [--older-than D] [--newer-than D] [--limit N] [--page-token T | --all]",
 		Short: "List tasks, newest first: id, state, agent, age (one page of --limit; --all for every page)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q := filter.query()
 			if cmd.Flags().Changed("limit") {
 				q.Set("limit", strconv.Itoa(limit))
+			}
+			if pageToken != "" {
+				q.Set("page_token", pageToken)
 			}
 			var tasks []*task.Record
 			var page admin.TaskPage
@@ -110,7 +114,7 @@ func newTasks() *cobra.Command {
 				return err
 			}
 			if page.NextPageToken != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more tasks match: --all lists every page\n")
+				fmt.Fprintf(cmd.ErrOrStderr(), "more tasks match: --page-token %s for the next page, --all for every page\n", page.NextPageToken)
 			}
 			return nil
 		},
@@ -118,6 +122,7 @@ func newTasks() *cobra.Command {
 	filter.bind(list, true)
 	list.Flags().IntVar(&limit, "limit", admin.DefaultLimit, fmt.Sprintf("tasks per page, 1 to %d", admin.MaxLimit))
 	list.Flags().BoolVar(&all, "all", false, "follow every next page (--limit is then the page size)")
+	list.Flags().StringVar(&pageToken, "page-token", "", "the page after the one that gave this token (next_page_token; same filters and --limit)")
 	get := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show one task with its transition history",

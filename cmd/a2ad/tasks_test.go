@@ -57,6 +57,20 @@ func TestTasksListCancelWatchCLI(t *testing.T) {
 		page.Tasks[0].TaskID != open2.TaskID || page.Tasks[1].TaskID != open.TaskID || page.Tasks[2].TaskID != done.TaskID || page.NextPageToken != "" {
 		t.Errorf("tasks list --all --limit 1 --json: %v\n%s", err, out)
 	}
+	// One page at a time: the table names the next page's token, which
+	// --page-token follows.
+	first, err := cli("tasks", "list", "--limit", "2")
+	m := regexp.MustCompile(`more tasks match: --page-token (\S+) for the next page, --all for every page`).FindStringSubmatch(first)
+	if err != nil || m == nil || !strings.Contains(first, open2.TaskID) || !strings.Contains(first, open.TaskID) || strings.Contains(first, done.TaskID) {
+		t.Fatalf("tasks list --limit 2: %v\n%s", err, first)
+	}
+	second, err := cli("tasks", "list", "--limit", "2", "--page-token", m[1])
+	if err != nil || !strings.Contains(second, done.TaskID) || strings.Contains(second, open.TaskID) || strings.Contains(second, "more tasks match") {
+		t.Errorf("tasks list --limit 2 --page-token %s: %v\n%s", m[1], err, second)
+	}
+	if out, err := cli("tasks", "list", "--page-token", "garbage"); err == nil || !strings.Contains(out, "invalid_argument: page_token:") {
+		t.Errorf("tasks list --page-token garbage: %v\n%s", err, out)
+	}
 	if out, err := cli("tasks", "list", "--state", "paused"); err == nil || !strings.Contains(out, "invalid_argument: state:") {
 		t.Errorf("tasks list --state paused: %v\n%s", err, out)
 	}
