@@ -71,7 +71,7 @@ func TestClusterSurvivesNodeLoss(t *testing.T) {
 	}
 	for i, j := range jobs {
 		got := hs[(i+1)%2].waitFinal(j.id, 60*time.Second)
-		checkCompleted(t, got, getRecord(t, ds[i%2], j.id), j.caseID, smallCaseHistory)
+		checkCompleted(t, got, settledRecord(t, ds[i%2], j.id), j.caseID, smallCaseHistory)
 	}
 	if n := agent.Stats().BriefsReceived; n != len(jobs) {
 		t.Errorf("agent received %d briefs, want %d", n, len(jobs))
