@@ -903,7 +903,7 @@ func (rep *benchReport) print(w io.Writer) error {
 		race = "ON (figures are not representative)"
 	}
 	mem := rep.MemoryLimitSource
-	if rep.MemoryLimit > 0 {
+	if !strings.HasPrefix(mem, "none") {
 		mem = fmt.Sprintf("%.0f MiB (%s)", float64(rep.MemoryLimit)/(1<<20), rep.MemoryLimitSource)
 	}
 	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, load average %s\n",

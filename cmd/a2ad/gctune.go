@@ -38,11 +38,11 @@ type gcSettings struct {
 	// memory limit", "Go default (no memory limit)" or "GOGC".
 	GCSource string
 	// MemoryLimit is the soft memory limit in effect in bytes; 0 when
-	// there is none.
+	// there is none (or GOMEMLIMIT=0: MemorySource tells them apart).
 	MemoryLimit int64
 	// MemorySource says where MemoryLimit comes from, or why there is
-	// none: e.g. "90% of the cgroup memory limit", "GOMEMLIMIT", "none:
-	// no cgroup memory limit".
+	// none (then it starts with "none"): e.g. "90% of the cgroup memory
+	// limit", "GOMEMLIMIT", "none: no cgroup memory limit".
 	MemorySource string
 }
 
@@ -63,10 +63,13 @@ func tuneGC(log *slog.Logger) gcSettings {
 	if err != nil {
 		log.Warn("Go memory limit not set from the cgroup; running without a memory limit", "err", err)
 	}
-	if cur := debug.SetMemoryLimit(-1); cur != math.MaxInt64 { // a negative value only reads it
+	cur := debug.SetMemoryLimit(-1) // a negative value only reads it
+	limited := cur != math.MaxInt64
+	if limited {
 		s.MemoryLimit = cur
 	}
 	env, gogcSet := os.LookupEnv("GOGC")
+	gogcSet = gogcSet && env != "" // the runtime reads an empty GOGC as unset
 	auto := os.Getenv("AUTOMEMLIMIT")
 	switch _, memSet := os.LookupEnv("GOMEMLIMIT"); {
 	case limit > 0:
@@ -74,9 +77,16 @@ func tuneGC(log *slog.Logger) gcSettings {
 		if r, err := strconv.ParseFloat(auto, 64); err == nil {
 			ratio = r
 		}
-		s.MemorySource = fmt.Sprintf("%g%% of the cgroup memory limit", math.Round(ratio*1000)/10)
-	case memSet && s.MemoryLimit > 0:
+		of := "the cgroup memory limit"
+		if _, err := memlimit.FromCgroup(); err != nil {
+			of = "system memory (AUTOMEMLIMIT_EXPERIMENT=system)" // automemlimit's fallback
+		}
+		s.MemorySource = fmt.Sprintf("%g%% of %s", math.Round(ratio*1000)/10, of)
+	case memSet && limited:
 		s.MemorySource = "GOMEMLIMIT"
+		if cur == 0 {
+			log.Warn("GOMEMLIMIT is 0: the Go collector runs continuously", "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+		}
 	case memSet:
 		s.MemorySource = "none: GOMEMLIMIT=" + os.Getenv("GOMEMLIMIT")
 	case auto == "off":
@@ -95,7 +105,7 @@ func tuneGC(log *slog.Logger) gcSettings {
 				s.GCSource = "Go default (GOGC not understood)"
 			}
 		}
-	case s.MemoryLimit > 0:
+	case limited:
 		debug.SetGCPercent(guardedGCPercent)
 		s.GCSource = "a2ad default under a memory limit"
 	default:

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // unsetenv removes name for the test and restores it afterwards.
@@ -29,7 +31,7 @@ func TestTuneGC(t *testing.T) {
 
 	cases := []struct {
 		name       string
-		env        map[string]string // "" unsets
+		env        map[string]string // "" unsets, "<empty>" sets to ""
 		runtimeGC  int               // what the runtime took from GOGC at start
 		runtimeMem int64             // and from GOMEMLIMIT
 		want       gcSettings
@@ -49,6 +51,11 @@ func TestTuneGC(t *testing.T) {
 			`msg="GOGC is not a number or off; the Go runtime ignores it and runs at its default" GOGC=garbage`},
 		{"GOMEMLIMIT off", map[string]string{"GOGC": "", "GOMEMLIMIT": "off"}, 100, math.MaxInt64,
 			gcSettings{100, "Go default (no memory limit)", 0, "none: GOMEMLIMIT=off"}, "100 (Go default (no memory limit))", ""},
+		{"GOMEMLIMIT 0", map[string]string{"GOGC": "", "GOMEMLIMIT": "0"}, 100, 0,
+			gcSettings{400, "a2ad default under a memory limit", 0, "GOMEMLIMIT"}, "400 (a2ad default under a memory limit)",
+			`msg="GOMEMLIMIT is 0: the Go collector runs continuously" GOMEMLIMIT=0`},
+		{"GOGC empty is unset", map[string]string{"GOGC": "<empty>", "GOMEMLIMIT": "1GiB"}, 100, 1 << 30,
+			gcSettings{400, "a2ad default under a memory limit", 1 << 30, "GOMEMLIMIT"}, "400 (a2ad default under a memory limit)", ""},
 		{"AUTOMEMLIMIT not understood", map[string]string{"GOGC": "", "GOMEMLIMIT": "", "AUTOMEMLIMIT": "garbage"}, 100, math.MaxInt64,
 			gcSettings{100, "Go default (no memory limit)", 0, "none: the cgroup memory limit could not be used"}, "100 (Go default (no memory limit))",
 			`msg="Go memory limit not set from the cgroup; running without a memory limit" err="cannot parse AUTOMEMLIMIT: garbage"`},
@@ -56,9 +63,12 @@ func TestTuneGC(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for k, v := range c.env {
-				if v == "" {
+				switch v {
+				case "":
 					unsetenv(t, k)
-				} else {
+				case "<empty>":
+					t.Setenv(k, "")
+				default:
 					t.Setenv(k, v)
 				}
 			}
@@ -79,16 +89,21 @@ func TestTuneGC(t *testing.T) {
 	}
 }
 
-// TestTuneGCRatio: AUTOMEMLIMIT's ratio is the one reported. The machine
-// may have no cgroup memory limit, so automemlimit's own fallback to the
-// machine's memory (AUTOMEMLIMIT_EXPERIMENT=system) supplies one.
+// TestTuneGCRatio: AUTOMEMLIMIT's ratio, and what it is a share of, are
+// reported. The machine may have no cgroup memory limit, so automemlimit's
+// own fallback to the machine's memory (AUTOMEMLIMIT_EXPERIMENT=system)
+// supplies one, and is named as such.
 func TestTuneGCRatio(t *testing.T) {
 	percent, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetGCPercent(percent); debug.SetMemoryLimit(limit) })
 	unsetenv(t, "GOGC")
 	unsetenv(t, "GOMEMLIMIT")
 	t.Setenv("AUTOMEMLIMIT_EXPERIMENT", "system")
-	for ratio, want := range map[string]string{"": "90% of the cgroup memory limit", "0.5": "50% of the cgroup memory limit"} {
+	of := "the cgroup memory limit" // automemlimit falls back to system memory only without one
+	if _, err := memlimit.FromCgroup(); err != nil {
+		of = "system memory (AUTOMEMLIMIT_EXPERIMENT=system)"
+	}
+	for ratio, want := range map[string]string{"": "90% of " + of, "0.5": "50% of " + of} {
 		if ratio == "" {
 			unsetenv(t, "AUTOMEMLIMIT")
 		} else {

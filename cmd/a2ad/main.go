@@ -89,6 +89,12 @@ func newServe() *cobra.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			d, err := daemon.Start(ctx, cfg, log, !stdio)
+			if err != nil && ctx.Err() != nil {
+				// SIGTERM or SIGINT while starting (a NATS cluster not up
+				// yet, say): a requested stop, not a failed start.
+				log.Info("a2ad stopped while starting", "err", err)
+				return nil
+			}
 			if err != nil {
 				// In the log's own format (a JSON log stays JSON), not
 				// cobra's "Error:" line; the exit status is still 1.

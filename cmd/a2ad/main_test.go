@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -482,5 +483,34 @@ func TestServeLogsTheNATSURLWithoutItsPassword(t *testing.T) {
 		if got := daemon.RedactURLs(in); got != want {
 			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestServeStoppedWhileStarting: SIGTERM while a2ad still waits for its
+// NATS server (here: nothing listens) is a requested stop: exit 0, said
+// in the log, not "a2ad did not start".
+func TestServeStoppedWhileStarting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var stderr lockedBuffer
+	cmd := exec.Command(bin, "serve", "--nats-url", url, "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the Go runtime line", func() bool { return strings.Contains(stderr.String(), `msg="Go runtime"`) })
+	time.Sleep(500 * time.Millisecond) // into the wait for NATS
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("serve stopped while starting: %v, want exit 0\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `msg="a2ad stopped while starting"`) || strings.Contains(stderr.String(), "did not start") {
+		t.Errorf("log:\n%s\nwant \"a2ad stopped while starting\", not \"did not start\"", stderr.String())
 	}
 }

@@ -75,7 +75,7 @@ func newTasks() *cobra.Command {
 	var all bool
 	var pageToken string
 	list := &cobra.Command{
-		Use:   "list [--state s1,s2] [--agent A] [--tenant T] [--older-than D] [--newer-than D] [--limit N] [--page-token T | --all]",
+		Use:   "list [--state s1,s2] [--agent A] [--tenant T] [--older-than D] [--newer-than D] [--limit N] [--page-token T] [--all]",
 		Short: "List tasks, newest first: id, state, agent, age (one page of --limit; --all for every page)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,7 +114,7 @@ func newTasks() *cobra.Command {
 				return err
 			}
 			if page.NextPageToken != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more tasks match: --page-token %s for the next page, --all for every page\n", page.NextPageToken)
+				fmt.Fprintf(cmd.ErrOrStderr(), "more tasks match: add --page-token %s (with the same filters and --limit) for the next page, or --all for every page\n", page.NextPageToken)
 			}
 			return nil
 		},

@@ -60,7 +60,7 @@ func TestTasksListCancelWatchCLI(t *testing.T) {
 	// One page at a time: the table names the next page's token, which
 	// --page-token follows.
 	first, err := cli("tasks", "list", "--limit", "2")
-	m := regexp.MustCompile(`more tasks match: --page-token (\S+) for the next page, --all for every page`).FindStringSubmatch(first)
+	m := regexp.MustCompile(`more tasks match: add --page-token (\S+) \(with the same filters and --limit\) for the next page, or --all for every page`).FindStringSubmatch(first)
 	if err != nil || m == nil || !strings.Contains(first, open2.TaskID) || !strings.Contains(first, open.TaskID) || strings.Contains(first, done.TaskID) {
 		t.Fatalf("tasks list --limit 2: %v\n%s", err, first)
 	}
