@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,7 +66,69 @@ type Config struct {
 	Audit audit.Config `yaml:"audit"`
 	// Tracing configures OpenTelemetry tracing.
 	Tracing tracing.Config `yaml:"tracing"`
+	// AgentLimits bound, per agent, what one agent can make a2ad store and
+	// do (docs/isolation.md); an agent's own Limits override them field by
+	// field. Zero fields take [DefaultAgentLimits].
+	AgentLimits AgentLimits `yaml:"agent_limits"`
+	// Storage configures the JetStream storage a2ad keeps free.
+	Storage StorageConfig `yaml:"storage"`
 }
+
+// AgentLimits bound what one agent can make a2ad store and do, so that no
+// agent can slow, block or crowd out another's tasks (docs/isolation.md).
+// Each agent's events go to a JetStream stream of its own whose limits are
+// these; over them the agent's own publishes are refused by JetStream, and
+// it retries.
+type AgentLimits struct {
+	// EventsPerSecond and EventsBurst are the rate (token bucket,
+	// golang.org/x/time/rate) at which a2ad applies one agent's events;
+	// faster ones wait in the agent's stream. Default 1000 and 2000.
+	EventsPerSecond float64 `yaml:"events_per_second"`
+	EventsBurst     int     `yaml:"events_burst"`
+	// MaxEventBytes is the largest event, body and headers, in bytes
+	// (the stream's max_msg_size). Default 1048576 (1 MiB).
+	MaxEventBytes int32 `yaml:"max_event_bytes"`
+	// MaxPendingEvents and MaxPendingBytes bound the agent's events that
+	// wait to be applied (the stream's max_msgs and max_bytes; the bytes
+	// are reserved in the JetStream store). Default 10000 and 67108864
+	// (64 MiB).
+	MaxPendingEvents int64 `yaml:"max_pending_events"`
+	MaxPendingBytes  int64 `yaml:"max_pending_bytes"`
+	// RegistrationsPerMinute is how many registrations of the agent a2ad
+	// handles per minute (a burst of as many); beyond, it answers
+	// rate_limited without looking at the card. Default 12.
+	RegistrationsPerMinute int `yaml:"registrations_per_minute"`
+}
+
+// DefaultAgentLimits are the limits of an agent that neither agent_limits
+// nor its own limits set.
+var DefaultAgentLimits = AgentLimits{
+	EventsPerSecond: 1000, EventsBurst: 2000, MaxEventBytes: 1 << 20,
+	MaxPendingEvents: 10_000, MaxPendingBytes: 64 << 20, RegistrationsPerMinute: 12,
+}
+
+// Or returns l with each zero field taken from d.
+func (l AgentLimits) Or(d AgentLimits) AgentLimits {
+	l.EventsPerSecond = cmp.Or(l.EventsPerSecond, d.EventsPerSecond)
+	l.EventsBurst = cmp.Or(l.EventsBurst, d.EventsBurst)
+	l.MaxEventBytes = cmp.Or(l.MaxEventBytes, d.MaxEventBytes)
+	l.MaxPendingEvents = cmp.Or(l.MaxPendingEvents, d.MaxPendingEvents)
+	l.MaxPendingBytes = cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
+	l.RegistrationsPerMinute = cmp.Or(l.RegistrationsPerMinute, d.RegistrationsPerMinute)
+	return l
+}
+
+// StorageConfig is what a2ad keeps of the JetStream store.
+type StorageConfig struct {
+	// ReserveBytes is the free store a2ad keeps for the tasks it has
+	// already delegated (answers, cancels, deadlines, completions): below
+	// it, delegate is refused with `unavailable` and /readyz reports not
+	// ready. Default 67108864 (64 MiB).
+	ReserveBytes int64 `yaml:"reserve_bytes"`
+}
+
+// DefaultStorageReserve is StorageConfig.ReserveBytes when zero.
+const DefaultStorageReserve = 64 << 20
 
 // LogConfig configures the log.
 type LogConfig struct {
@@ -118,6 +181,8 @@ type AgentConfig struct {
 	// checked against the host schema (text, raw and url parts), and their
 	// limits; zero values are the strict defaults (artifact.Policy).
 	Artifacts artifact.Policy `yaml:"artifacts"`
+	// Limits override Config.AgentLimits for this agent, field by field.
+	Limits AgentLimits `yaml:"limits"`
 }
 
 // PrincipalConfig is a configured principal.
