@@ -163,14 +163,15 @@ func TestRunAppliesEachTasksEventsInOrder(t *testing.T) {
 			}
 			tr := trackerOn(t, s)
 			tr.Workers = workers
+			tr.Agents = map[string]EventLimits{"fraud-review": {}}
+			if err := tr.EnsureStreams(ctx, js); err != nil {
+				t.Fatal(err)
+			}
 			done := make(chan error, 1)
-			go func() { done <- tr.Run(ctx, js, 1) }()
+			go func() { done <- tr.Run(ctx, js) }()
 			const tasks = 40
 			for i := range tasks {
 				create(t, tr, fmt.Sprintf("r%d", i))
-			}
-			if _, err := EnsureStream(ctx, js, 1); err != nil {
-				t.Fatal(err)
 			}
 			// Interleaved: every task's first event, then every second, ...
 			for n, body := range []string{working, good, completed} {

@@ -89,6 +89,14 @@ type Record struct {
 	// RefusedUnrecorded counts refusals beyond MaxRefusedHistory, which
 	// the history does not hold.
 	RefusedUnrecorded int `json:"refused_unrecorded,omitempty"`
+	// HistoryUnrecorded counts applied transitions beyond MaxHistory
+	// entries, which the history does not hold (the state does): an agent
+	// flapping between working and an interrupted state must not grow the
+	// record without bound.
+	HistoryUnrecorded int `json:"history_unrecorded,omitempty"`
+	// EventsUnrecorded counts the agent's events that were not applied
+	// because the record would have outgrown MaxAgentRecordBytes.
+	EventsUnrecorded int `json:"events_unrecorded,omitempty"`
 	// Applied holds the Nats-Msg-Ids of the last events applied, so a
 	// redelivered event changes nothing.
 	Applied []string `json:"applied,omitempty"`
@@ -218,6 +226,16 @@ func (r *Record) remember(msgID string) {
 // outcome in History. On refusal the state is unchanged and the refusal is
 // recorded; the error wraps ErrIllegalTransition.
 func (r *Record) Move(now time.Time, event, source, reason, msgID string) error {
+	return r.MoveBy(now, event, source, reason, msgID, "")
+}
+
+// MoveBy is [Record.Move] for a host transition: by is the subject of the
+// principal behind it, kept in its history entry.
+//
+// History keeps at most MaxHistory entries and, beyond them, the terminal
+// transition: later applied transitions change the state and are counted
+// in HistoryUnrecorded, later refusals in RefusedUnrecorded.
+func (r *Record) MoveBy(now time.Time, event, source, reason, msgID, by string) error {
 	from := r.State
 	to, err := Fire(from, event)
 	if err != nil {
@@ -232,7 +250,11 @@ func (r *Record) Move(now time.Time, event, source, reason, msgID string) error 
 	if !to.Interrupted() {
 		r.Question = ""
 	}
-	r.History = append(r.History, Transition{At: now, From: from, To: to, Event: event, Source: source, Reason: reason, MsgID: msgID})
+	if to.Terminal() || len(r.History) < MaxHistory {
+		r.History = append(r.History, Transition{At: now, From: from, To: to, Event: event, Source: source, Reason: reason, MsgID: msgID, By: by})
+	} else {
+		r.HistoryUnrecorded++
+	}
 	r.UpdatedAt = now
 	return nil
 }
@@ -242,8 +264,12 @@ func (r *Record) Move(now time.Time, event, source, reason, msgID string) error 
 // NATS message holds. Later refusals are only counted (RefusedUnrecorded).
 const MaxRefusedHistory = 32
 
+// MaxHistory bounds the entries of a task's history, refusals included;
+// only a terminal transition is recorded beyond it.
+const MaxHistory = 256
+
 // refuse records a refused transition, or only counts it once
-// MaxRefusedHistory are recorded.
+// MaxRefusedHistory refusals or MaxHistory entries are recorded.
 func (r *Record) refuse(tr Transition) {
 	n := 0
 	for _, h := range r.History {
@@ -251,7 +277,7 @@ func (r *Record) refuse(tr Transition) {
 			n++
 		}
 	}
-	if n < MaxRefusedHistory {
+	if n < MaxRefusedHistory && len(r.History) < MaxHistory {
 		r.History = append(r.History, tr)
 	} else {
 		r.RefusedUnrecorded++

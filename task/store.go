@@ -348,11 +348,16 @@ func (s *Store) Watch(ctx context.Context) (<-chan *Record, error) {
 	return out, nil
 }
 
-// Create stores a new record; ErrExists if the ID is taken.
+// Create stores a new record; ErrExists if the ID is taken, ErrRecordFull
+// if it encodes to more than MaxRecordBytes, an error wrapping
+// ErrUnavailable if the store has no room for it.
 func (s *Store) Create(ctx context.Context, r *Record) error {
 	b, err := encode(r)
 	if err != nil {
 		return err
+	}
+	if len(b) > MaxRecordBytes {
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrRecordFull, r.ID, len(b), MaxRecordBytes)
 	}
 	ambiguous := false
 	err = s.retry(ctx, func() error {
@@ -372,7 +377,7 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 		return ErrExists
 	}
 	if err != nil {
-		return fmt.Errorf("task: create %s: %w", r.ID, err)
+		return fmt.Errorf("task: create %s: %w", r.ID, unavailable(err))
 	}
 	s.created(r)
 	return nil
@@ -469,11 +474,51 @@ func (s *Store) leaderGet(ctx context.Context, id string) ([]byte, uint64, error
 // ErrIllegalTransition still write the record (the refusal is history) and
 // are returned after the write. A write whose answer was lost (a timeout
 // during a leader election) is recognised on the next read and not redone.
+// A record that would encode to more than MaxRecordBytes is not written:
+// ErrRecordFull. A store with no room for the write fails with an error
+// wrapping ErrUnavailable, at once.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) error) (*Record, error) {
+	return s.update(ctx, id, mutate, MaxRecordBytes, nil)
+}
+
+// MaxRecordBytes bounds the JSON encoding of a task record: a KV value is
+// one NATS message (1 MiB with its headers, the server's max_payload).
+// MaxAgentRecordBytes is what an agent's events may grow a record to; the
+// difference keeps room for what a host or a2ad still has to write (an
+// answer, a cancel, a deadline).
+const (
+	MaxRecordBytes      = 960 << 10
+	MaxAgentRecordBytes = 896 << 10
+)
+
+// ErrRecordFull means a write would have grown a task record past
+// MaxRecordBytes; nothing was written.
+var ErrRecordFull = errors.New("task: record would exceed its byte budget")
+
+// ErrUnavailable means JetStream has no room for the write (its store is
+// full, or a limit is reached); nothing was written. Retrying helps only
+// once room is made.
+var ErrUnavailable = errors.New("task store has no room")
+
+// unavailable wraps err with ErrUnavailable when it is JetStream refusing a
+// write for lack of room.
+func unavailable(err error) error {
+	if jsretry.StorageFull(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// update is Update with a byte budget: when the mutated record encodes to
+// more than budget bytes, the record is read again and overflow (if not
+// nil) applies instead what must be written anyway (counters); without
+// overflow, or when even that is over MaxRecordBytes, ErrRecordFull.
+func (s *Store) update(ctx context.Context, id string, mutate func(*Record) error, budget int, overflow func(*Record) error) (*Record, error) {
 	var lastWrite []byte // bytes of a write whose outcome is unknown
 	var lastRec *Record
 	var lastErr error
 	var lastMark writeMark
+	over := false // mutate did not fit: overflow applies instead
 	for attempt := range 64 {
 		if attempt > 0 {
 			// Jittered backoff: writers that lost a race spread out.
@@ -489,13 +534,24 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 			return nil, err
 		}
 		mark := markOf(r)
-		merr := mutate(r)
+		fn := mutate
+		if over {
+			fn = overflow
+		}
+		merr := fn(r)
 		if merr != nil && !errors.Is(merr, ErrIllegalTransition) {
 			return r, merr
 		}
 		b, err := encode(r)
 		if err != nil {
 			return nil, err
+		}
+		if len(b) > budget && !over && overflow != nil {
+			over = true // read it again (every read decodes anew) and apply overflow
+			continue
+		}
+		if len(b) > MaxRecordBytes {
+			return nil, fmt.Errorf("%w: %s would be %d bytes, more than %d", ErrRecordFull, id, len(b), MaxRecordBytes)
 		}
 		if _, err := s.kv.Update(ctx, id, b, rev); err != nil {
 			switch {
@@ -506,7 +562,7 @@ func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) erro
 				s.pause(ctx, attempt)
 				continue
 			}
-			return nil, fmt.Errorf("task: update %s: %w", id, err)
+			return nil, fmt.Errorf("task: update %s: %w", id, unavailable(err))
 		}
 		s.written(r, mark)
 		return r, merr

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,23 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
-	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go/jetstream"
-)
-
-// Names of the JetStream stream that captures agent events and of the
-// durable consumer a2ad instances share to apply them.
-const (
-	EventsStream   = "A2AD_EVENTS"
-	EventsConsumer = "a2ad-tracker"
 )
 
 // MaxPendingBytes caps the JSON encoding of the artifact content one task
@@ -52,7 +42,9 @@ const MaxPendingParts = 256
 var errNoChange = errors.New("no change")
 
 // Tracker applies agent events to task records: FSM check, artifact
-// validation on completion, compare-and-swap write.
+// validation on completion, compare-and-swap write. Each agent's events
+// come from a stream of its own ([EventsStream]) and are applied at its own
+// rate on workers of its own, so no agent's events wait behind another's.
 type Tracker struct {
 	Store *Store
 	// Schemas gives each task the host schema version it was delegated
@@ -62,12 +54,26 @@ type Tracker struct {
 	// their limits (artifact.Policy; an agent without one gets the strict
 	// defaults).
 	Policies map[string]artifact.Policy
+	// Agents are the agents whose events [Tracker.Run] applies, each with
+	// its limits: one stream and consumer per agent. Events of any other
+	// agent are captured by no stream (their publishes fail, and the
+	// agent retries).
+	Agents map[string]EventLimits
+	// Replicas of the events streams (0 means 1).
+	Replicas int
 	Log      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Workers is how many events Run applies at once, each of another
-	// task; 0 means DefaultWorkers, 1 applies them one after the other.
+	// Workers is how many events of one agent Run applies at once, each
+	// of another task; 0 means DefaultWorkers, 1 applies them one after
+	// the other.
 	Workers int
+	// OnDrop, if set, is told of each event terminated for good: the
+	// agent id of its subject and the reason (a Drop… code). It must not
+	// block.
+	OnDrop func(agentID, reason string)
+
+	gate logGate // bounds the log lines about dropped events
 }
 
 func (t *Tracker) now() time.Time {
@@ -77,87 +83,11 @@ func (t *Tracker) now() time.Time {
 	return time.Now().UTC()
 }
 
-// EnsureStream creates or updates the events stream: work-queue retention
-// (an event stays until an instance applied it), deduplication on
-// Nats-Msg-Id within 2 minutes, 7 days maximum age.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
-	var st jetstream.Stream
-	err := jsretry.Do(ctx, time.Minute, func() (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        EventsStream,
-			Description: "A2A events from agents, kept until an a2ad instance applied them",
-			Subjects:    []string{natsbind.EventsWildcard},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(1, replicas),
-			Duplicates:  2 * time.Minute,
-			MaxAge:      7 * 24 * time.Hour,
-			MaxMsgSize:  1 << 20,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("task: events stream: %w", err)
-	}
-	return st, nil
-}
-
-// Run applies events from the shared durable consumer until ctx ends.
-func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	st, err := EnsureStream(ctx, js, replicas)
-	if err != nil {
-		return err
-	}
-	var cons jetstream.Consumer
-	err = jsretry.Do(ctx, time.Minute, func() (err error) {
-		cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       EventsConsumer,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       10 * time.Second,
-			MaxAckPending: 1024,
-		})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("task: events consumer: %w", err)
-	}
-	// Events of different tasks apply concurrently, each task's in the
-	// order delivered: every event of a task goes to the same worker.
-	n := cmp.Or(t.Workers, DefaultWorkers)
-	queues := make([]chan jetstream.Msg, n)
-	var wg sync.WaitGroup
-	for i := range queues {
-		queues[i] = make(chan jetstream.Msg, workerQueue)
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return // what is queued is redelivered after the ack wait
-				case m := <-queues[i]:
-					t.handle(ctx, st, m)
-				}
-			}
-		})
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case queues[partition(m.Subject(), n)] <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("task: consume events: %w", err)
-	}
-	<-ctx.Done()
-	cc.Stop()
-	wg.Wait()
-	return nil
-}
-
-// DefaultWorkers is how many events a tracker applies at once (of as many
-// different tasks) when Tracker.Workers is zero. Applying an event is
-// mostly waiting for NATS (a read and a compare-and-swap of the record),
-// so a serial tracker caps the instance at one event per round trip pair.
+// DefaultWorkers is how many events of one agent a tracker applies at once
+// (of as many different tasks) when Tracker.Workers is zero. Applying an
+// event is mostly waiting for NATS (a read and a compare-and-swap of the
+// record), so a serial tracker caps the agent at one event per round trip
+// pair.
 const DefaultWorkers = 32
 
 // workerQueue is how many delivered events wait for each worker; when its
@@ -165,8 +95,8 @@ const DefaultWorkers = 32
 const workerQueue = 64
 
 // partition is the worker of an events subject (a2a.events.<agentId>.<taskId>):
-// by task id, so that one task's events, whichever agent published them,
-// apply one after the other in the order delivered.
+// by task id, so that one task's events apply one after the other in the
+// order delivered.
 func partition(subject string, n int) int {
 	taskID := subject[strings.LastIndexByte(subject, '.')+1:]
 	h := fnv.New32a()
@@ -174,10 +104,14 @@ func partition(subject string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// unknownTaskRetries is how often an event for a task not (yet) in the
-// store is redelivered before it is dropped: a KV read served by a replica
-// a few milliseconds behind must not lose an event.
-const unknownTaskRetries = 5
+// An event for a task the store does not show is delivered
+// unknownTaskDeliveries times, unknownTaskWait apart, before it is
+// terminated: "not found" is read through the stream leader, which has
+// every committed record, and the wait covers a leader election.
+const (
+	unknownTaskDeliveries = 2
+	unknownTaskWait       = time.Second
+)
 
 // gapPatience is how many times an event is put back while it waits for an
 // earlier one of its task (a gap in the per-task sequence) before it is
@@ -192,6 +126,13 @@ func gapPause(n uint64) time.Duration {
 	return min(50*time.Millisecond<<min(n-1, 6), 2*time.Second)
 }
 
+// retryPause is the pause before the n-th redelivery of an event that
+// could not be written (the store failing): 1 s doubling to 30 s, so its
+// maxDeliver deliveries span about 45 minutes.
+func retryPause(n uint64) time.Duration {
+	return min(time.Second<<min(n-1, 5), 30*time.Second)
+}
+
 // handle applies one delivered event and settles it with the stream.
 //
 // Events of one task apply in order, also when several instances share the
@@ -202,26 +143,36 @@ func gapPause(n uint64) time.Duration {
 // Any other event is ordered by the stream: while an earlier event of the
 // same task is still in the (work-queue) stream, it is being applied
 // elsewhere or awaits redelivery, so this one waits.
+//
+// An event that can never be applied is terminated (removed from the
+// stream) and counted, never redelivered for ever: one over a2ad's bounds,
+// malformed, for a task another agent owns, for a task that does not exist
+// after a second delivery, or still not applied at its last delivery.
 func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.Msg) {
 	md, mdErr := m.Metadata()
+	delivered := uint64(1)
+	if mdErr == nil {
+		delivered = md.NumDelivered
+	}
+	last := delivered >= maxDeliver // the stream delivers it no more
 	msgID := m.Headers().Get(natsbind.HeaderMsgID)
 	completed := failpoint.Armed() && isCompletion(m.Data())
 	if completed {
 		failpoint.Hit("event-completed-before-apply")
 	}
-	opts := applyOpts{sequenced: true, waitGap: mdErr == nil && md.NumDelivered < gapPatience}
+	opts := applyOpts{sequenced: true, waitGap: delivered < gapPatience && !last}
 	err := t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
 	streamOrdered := errors.Is(err, errUnsequenced)
 	if streamOrdered {
-		if mdErr == nil {
+		if mdErr == nil && !last {
 			first, gerr := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(m.Subject()))
 			switch {
 			case gerr != nil && !errors.Is(gerr, jetstream.ErrMsgNotFound):
 				// The order cannot be checked (a leader election, say): later.
-				_ = m.NakWithDelay(250 * time.Millisecond)
+				_ = m.NakWithDelay(gapPause(delivered))
 				return
 			case gerr == nil && first.Sequence < md.Sequence.Stream:
-				_ = m.NakWithDelay(50 * time.Millisecond)
+				_ = m.NakWithDelay(gapPause(delivered))
 				return
 			}
 		}
@@ -229,14 +180,26 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	}
 	switch {
 	case errors.Is(err, errGap):
-		_ = m.NakWithDelay(gapPause(md.NumDelivered))
+		_ = m.NakWithDelay(gapPause(delivered))
 		return
-	case errors.Is(err, ErrNotFound) && mdErr == nil && md.NumDelivered < unknownTaskRetries:
-		_ = m.NakWithDelay(time.Duration(md.NumDelivered) * 200 * time.Millisecond)
+	case errors.Is(err, ErrNotFound) && delivered < unknownTaskDeliveries:
+		_ = m.NakWithDelay(unknownTaskWait)
 		return
-	case err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, ErrNotFound) && !errors.Is(err, errRefused):
-		t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "err", err)
-		_ = m.NakWithDelay(time.Second)
+	case errors.Is(err, ErrNotFound):
+		err = &dropped{reason: DropUnknownTask}
+	case err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, errRefused):
+		if !last {
+			if ok, held := t.gate.allow("retry", time.Now()); ok {
+				t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "delivery", delivered, "err", err, "similar_not_logged", held)
+			}
+			_ = m.NakWithDelay(retryPause(delivered))
+			return
+		}
+		t.Log.Error("event not applied at its last delivery: terminated", "subject", m.Subject(), "msg_id", clipID(msgID), "deliveries", delivered, "err", err)
+		err = &dropped{reason: DropUndeliverable}
+	}
+	if reason := DropReason(err); reason != "" {
+		t.terminate(m, reason, err)
 		return
 	}
 	if completed {
@@ -253,6 +216,31 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Log.Debug("event ack not confirmed", "subject", m.Subject(), "err", err)
 	}
+}
+
+// terminate removes an event that can never be applied from its stream,
+// counts it (OnDrop) and logs it, at most once per agent and reason every
+// logEvery with the number of similar events not logged.
+func (t *Tracker) terminate(m jetstream.Msg, reason string, err error) {
+	_ = m.TermWithReason(reason)
+	agentID, _, _ := natsbind.ParseEventsSubject(m.Subject())
+	if !natsbind.ValidToken(agentID) {
+		agentID = ""
+	}
+	if t.OnDrop != nil {
+		t.OnDrop(agentID, reason)
+	}
+	if ok, held := t.gate.allow(agentID+"/"+reason, time.Now()); ok {
+		t.Log.Warn("event refused for good", "agent", agentID, "reason", reason, "err", err, "similar_not_logged", held)
+	}
+}
+
+// clipID is an agent-chosen id fit for a log line.
+func clipID(id string) string {
+	if !validEventID(id) {
+		return "(over bounds)"
+	}
+	return id
 }
 
 // errGap: an earlier event of the task has not been applied yet.
@@ -288,13 +276,18 @@ func isCompletion(data []byte) bool {
 	return err == nil && item.StatusUpdate != nil && item.StatusUpdate.Status.State == a2a.TaskStateCompleted
 }
 
+// errRefused is wrapped by every refusal of an event that is not a
+// lifecycle refusal (see [DropReason]).
 var errRefused = errors.New("event refused")
 
 // Apply applies one event published on subject (a2a.events.<agentId>.<taskId>).
 // Redelivered events (same msgID) change nothing. Returns ErrNotFound for an
 // unknown task, an error wrapping ErrIllegalTransition for a refused
-// transition (recorded in the task's history, state unchanged), errRefused
-// for a malformed or foreign event (also recorded), or a store error.
+// transition (recorded in the task's history, state unchanged), an error
+// whose [DropReason] says why for an event that can never be applied (a
+// malformed one or one over a2ad's bounds is also recorded as refused; one
+// on another agent's subject or one that would outgrow the record's byte
+// budget is only counted in the record), or a store error.
 //
 // An id of the binding's form "<agentTaskId>.<seq>" also orders: a seq at
 // or below the last one applied is a duplicate and changes nothing.
@@ -308,48 +301,71 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 
 func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte, o applyOpts) error {
 	agentID, taskID, err := natsbind.ParseEventsSubject(subject)
-	if err != nil {
-		t.Log.Warn("event on a malformed subject dropped", "subject", subject)
-		return errRefused
+	if err != nil || !natsbind.ValidToken(agentID) || !natsbind.ValidToken(taskID) {
+		return &dropped{reason: DropBadSubject}
 	}
 	item, decErr := a2a.DecodeStreamResponse(data)
-	foreign := false
-	mutate := func(r *Record) error {
-		now := t.now()
+	badID := !validEventID(msgID)
+	bound := ""
+	if decErr == nil {
+		bound = checkItem(item)
+	}
+	var drop *dropped
+	// order applies the event's place in the task's sequence of events.
+	order := func(r *Record) error {
 		if r.seen(msgID) {
 			return errNoChange
 		}
-		foreign = r.AgentID != agentID
-		if o.sequenced && !foreign {
-			prefix, n, ok := eventSeq(msgID)
-			if !ok || prefix != r.ID {
-				return errUnsequenced
-			}
-			switch {
-			case n <= r.EventSeq && !r.skipped(n):
-				return errNoChange // applied already
-			case n <= r.EventSeq:
-				r.Skipped = slices.DeleteFunc(r.Skipped, func(s int) bool { return s == n }) // late, but never lost
-			case n > r.EventSeq+1 && o.waitGap:
-				return errGap
-			default:
-				r.skip(r.EventSeq+1, n)
-				r.EventSeq = n
-			}
-		}
-		if foreign {
-			// Not remembered: another agent's message ids must not mark
-			// the owner's events as seen.
-			t.Log.Warn("event for a task of another agent refused", "task", taskID, "subject_agent", agentID, "owner", r.AgentID)
-			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-				Reason: "refused: event published by an agent that does not own this task", Refused: true, MsgID: msgID})
+		if !o.sequenced {
 			return nil
 		}
+		prefix, n, ok := eventSeq(msgID)
+		if !ok || prefix != r.ID {
+			return errUnsequenced
+		}
+		switch {
+		case n <= r.EventSeq && !r.skipped(n):
+			return errNoChange // applied already
+		case n <= r.EventSeq:
+			r.Skipped = slices.DeleteFunc(r.Skipped, func(s int) bool { return s == n }) // late, but never lost
+		case n > r.EventSeq+1 && o.waitGap:
+			return errGap
+		default:
+			r.skip(r.EventSeq+1, n)
+			r.EventSeq = n
+		}
+		return nil
+	}
+	mutate := func(r *Record) error {
+		now := t.now()
+		drop = nil
+		if r.AgentID != agentID {
+			// Nothing is written: another agent's events must not change,
+			// or contend for, the owner's record.
+			drop = &dropped{reason: DropForeignTask}
+			return errNoChange
+		}
+		if badID {
+			// Neither kept nor ordered: the id itself is over the bounds.
+			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+				Reason: fmt.Sprintf("refused: Nats-Msg-Id longer than %d bytes or not printable ASCII", MaxEventIDBytes), Refused: true})
+			drop = &dropped{reason: DropOutOfBounds, detail: "Nats-Msg-Id"}
+			return nil
+		}
+		if err := order(r); err != nil {
+			return err
+		}
 		r.remember(msgID)
-		if decErr != nil {
-			t.Log.Warn("malformed event refused", "task", taskID, "agent", agentID, "err", decErr)
+		switch {
+		case decErr != nil:
 			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
 				Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: msgID})
+			drop = &dropped{reason: DropMalformed}
+			return nil
+		case bound != "":
+			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+				Reason: "refused: " + bound, Refused: true, MsgID: msgID})
+			drop = &dropped{reason: DropOutOfBounds, detail: bound}
 			return nil
 		}
 		if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
@@ -362,26 +378,34 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 		}
 		return err
 	}
+	// overflow is what is written instead when the event would outgrow the
+	// record's budget: its place in the sequence, and a count.
+	overflow := func(r *Record) error {
+		if err := order(r); err != nil {
+			return err
+		}
+		r.EventsUnrecorded++
+		r.UpdatedAt = t.now()
+		drop = &dropped{reason: DropRecordFull}
+		return nil
+	}
 	// The read before the compare-and-swap may come from this process's
 	// last write of the record (revCache): the swap still guards what is
 	// written. What is decided without a write is safe on such a read too
 	// (a duplicate stays one), except a gap, which may be an event another
 	// instance applied that this one's watcher has not shown yet: a gap is
 	// looked at again on a read of the store.
-	_, err = t.Store.Update(withCachedReads(ctx), taskID, mutate)
+	_, err = t.Store.update(withCachedReads(ctx), taskID, mutate, MaxAgentRecordBytes, overflow)
 	if errors.Is(err, errGap) {
-		_, err = t.Store.Update(ctx, taskID, mutate)
+		_, err = t.Store.update(ctx, taskID, mutate, MaxAgentRecordBytes, overflow)
 	}
 	switch {
+	case drop != nil && (err == nil || errors.Is(err, errNoChange)):
+		return drop
 	case errors.Is(err, errNoChange):
 		return nil
-	case errors.Is(err, errGap), errors.Is(err, errUnsequenced):
-		return err
-	case errors.Is(err, ErrNotFound):
-		t.Log.Warn("event for an unknown task dropped", "subject", subject)
-		return err
-	case err == nil && (decErr != nil || foreign):
-		return errRefused
+	case errors.Is(err, ErrRecordFull):
+		return &dropped{reason: DropRecordFull}
 	}
 	return err
 }

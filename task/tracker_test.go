@@ -134,7 +134,6 @@ func TestApplyRefusesIllegalAndForeignAndMalformedEvents(t *testing.T) {
 		reason              string
 	}{
 		{"out of terminal", "a2a.events.fraud-review.t1", working, "refused: start is not allowed from completed"},
-		{"another agent's subject", "a2a.events.mallory.t1", completed, "refused: event published by an agent that does not own this task"},
 		{"0.3 state spelling", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"working"}}}`, "refused: malformed A2A 1.0 event"},
 		{"two items", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"TASK_STATE_WORKING"}},"task":{"id":"a1","status":{"state":"TASK_STATE_WORKING"}}}`, "refused: malformed A2A 1.0 event"},
 		{"artifact after terminal", "a2a.events.fraud-review.t1", good, "refused: artifact after a terminal state"},
@@ -154,6 +153,25 @@ func TestApplyRefusesIllegalAndForeignAndMalformedEvents(t *testing.T) {
 				t.Fatalf("state %s, last %+v; want completed and refused %q", r.State, last, c.reason)
 			}
 		})
+	}
+}
+
+// An event on another agent's subject for a task is terminated without a
+// write: it must neither change nor contend for the owner's record.
+func TestForeignEventLeavesTheOwnersRecordAlone(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t1")
+	_ = apply(t, tr, "a2a.events.fraud-review.t1", "t1.1", working)
+	before := get(t, tr, "t1")
+	_, rev, _ := tr.Store.Get(context.Background(), "t1")
+	err := apply(t, tr, "a2a.events.mallory.t1", "t1.2", completed)
+	if DropReason(err) != DropForeignTask {
+		t.Fatalf("foreign event: %v, want drop reason %s", err, DropForeignTask)
+	}
+	after := get(t, tr, "t1")
+	_, rev2, _ := tr.Store.Get(context.Background(), "t1")
+	if rev2 != rev || after.State != Working || len(after.History) != len(before.History) {
+		t.Fatalf("revision %d -> %d, state %s, history %d -> %d: the foreign event was written", rev, rev2, after.State, len(before.History), len(after.History))
 	}
 }
 
@@ -430,7 +448,8 @@ func TestTooManyPartsFailTheTask(t *testing.T) {
 // An agent flooding a task with refused events cannot grow its record
 // without bound (it would outgrow one NATS message and wedge the task):
 // beyond MaxRefusedHistory refusals are only counted, and the task still
-// completes. Another agent's message ids never mark the owner's as seen.
+// completes. Another agent's events with the owner's next message ids are
+// not even counted, and never mark the owner's as seen.
 func TestRefusalFloodIsBounded(t *testing.T) {
 	tr := newTracker(t)
 	create(t, tr, "t1")
@@ -446,8 +465,8 @@ func TestRefusalFloodIsBounded(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != MaxRefusedHistory || r.RefusedUnrecorded != 1000-MaxRefusedHistory {
-		t.Fatalf("%d refusals recorded, %d counted; want %d and %d", refused, r.RefusedUnrecorded, MaxRefusedHistory, 1000-MaxRefusedHistory)
+	if refused != MaxRefusedHistory || r.RefusedUnrecorded != 500-MaxRefusedHistory {
+		t.Fatalf("%d refusals recorded, %d counted; want %d and %d", refused, r.RefusedUnrecorded, MaxRefusedHistory, 500-MaxRefusedHistory)
 	}
 	for i, ev := range []string{working, good, completed} {
 		if err := apply(t, tr, own, fmt.Sprintf("t1.%d", i+1), ev); err != nil {

@@ -404,10 +404,9 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 		if err != nil {
 			return err
 		}
-		if err := r.Move(now, task.EventResume, task.SourceHost, "answered", ""); err != nil {
+		if err := r.MoveBy(now, task.EventResume, task.SourceHost, "answered", "", p.Subject); err != nil {
 			return err
 		}
-		r.History[len(r.History)-1].By = p.Subject
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
 			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
 		wrote = params
@@ -453,10 +452,9 @@ func (s *Service) cancel(ctx context.Context, id, source, reason, by string) (*t
 			return errSkip // the first terminal state wins
 		}
 		now := time.Now().UTC()
-		if err := r.Move(now, task.EventCancel, source, reason, ""); err != nil {
+		if err := r.MoveBy(now, task.EventCancel, source, reason, "", by); err != nil {
 			return err
 		}
-		r.History[len(r.History)-1].By = by
 		moved = true
 		switch {
 		case r.AgentTaskID != "":

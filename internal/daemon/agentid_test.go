@@ -185,11 +185,15 @@ func TestAgentCredentialConfinesAConnectionToItsOwnSubjects(t *testing.T) {
 	if _, err := ojs.KeyValue(context.Background(), daemon.SecretsBucket); err != nil {
 		t.Errorf("the daemon's user cannot open the secrets bucket: %v", err)
 	}
-	stream, err := ojs.Stream(context.Background(), task.EventsStream)
+	stream, err := ojs.Stream(context.Background(), task.EventsStream("agent-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.GetLastMsgForSubject(context.Background(), forgedEvent); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	streamB, err := ojs.Stream(context.Background(), task.EventsStream("agent-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := streamB.GetLastMsgForSubject(context.Background(), forgedEvent); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("the forged event is in the stream: %v", err)
 	}
 	if _, err := stream.GetLastMsgForSubject(context.Background(), own.Subject); err != nil {

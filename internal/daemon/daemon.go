@@ -225,17 +225,25 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 	}()
 	policies := map[string]artifact.Policy{}
+	limits := map[string]task.EventLimits{}
 	for _, a := range cfg.Agents {
 		policies[a.ID] = a.Artifacts
+		l := a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits)
+		limits[a.ID] = task.EventLimits{PerSecond: l.EventsPerSecond, Burst: l.EventsBurst, MaxEventBytes: l.MaxEventBytes,
+			MaxPending: l.MaxPendingEvents, MaxPendingBytes: l.MaxPendingBytes}
 	}
-	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log, Policies: policies}
-	if _, err := task.EnsureStream(ctx, js, cfg.Replicas); err != nil {
+	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log, Policies: policies, Agents: limits, Replicas: cfg.Replicas,
+		OnDrop: d.obs.eventDropped}
+	if err := tracker.EnsureStreams(ctx, js); err != nil {
+		if jsretry.StorageFull(err) {
+			return nil, fmt.Errorf("%w: the JetStream store cannot reserve every agent's agent_limits.max_pending_bytes; lower it or raise jetstream_max_store (or the account's limit)", err)
+		}
 		return nil, err
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		if err := tracker.Run(runCtx, js, cfg.Replicas); err != nil {
+		if err := tracker.Run(runCtx, js); err != nil {
 			log.Error("tracker stopped", "err", err)
 		}
 	}()

@@ -567,7 +567,7 @@ func TestReplayedEventChangesNothing(t *testing.T) {
 		}
 	}
 	waitFor(t, "the replayed events to be applied", func() bool {
-		st, err := js.Stream(context.Background(), task.EventsStream)
+		st, err := js.Stream(context.Background(), task.EventsStream("fraud-review"))
 		if err != nil {
 			return false
 		}

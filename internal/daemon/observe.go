@@ -205,6 +205,12 @@ func plainPointer(p string) string {
 	return p
 }
 
+// eventDropped counts an agent's event terminated for good (the tracker's
+// OnDrop): a2ad_events_terminated_total{agent, reason}.
+func (o *observer) eventDropped(agentID, reason string) {
+	o.m.EventsTerminated.WithLabelValues(agentID, reason).Inc()
+}
+
 // httpRefused counts a refused host token.
 func (o *observer) httpRefused(reason string) {
 	o.m.AuthFailures.WithLabelValues("http", reason).Inc()

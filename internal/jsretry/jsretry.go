@@ -14,7 +14,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Transient reports whether err is one a retry may cure.
+// Transient reports whether err is one a retry may cure. JetStream's
+// answers that its store is full (see [StorageFull]) are not, although
+// JetStream sends them with status 503 too: retrying them only makes the
+// caller wait for the same answer.
 func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
@@ -24,8 +27,37 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
 		return true
+	case StorageFull(err):
+		return false
 	case errors.As(err, &apiErr):
 		return apiErr.Code == 503 || apiErr.Code == 408
+	}
+	return false
+}
+
+// JetStream error codes (nats-server's jetstream_errors.json) that mean a
+// write did not fit: the server's or account's store is exhausted
+// (10023 "insufficient resources", 10047 "insufficient storage resources
+// available"), or the stream's own limits refuse it (10077 "maximum bytes
+// exceeded", "maximum messages exceeded", …, which JetStream reports as a
+// store failure).
+const (
+	codeInsufficientResources = 10023
+	codeStorageExceeded       = 10047
+	codeStoreFailed           = 10077
+)
+
+// StorageFull reports whether err is JetStream refusing a write for lack
+// of room: the store is full or a stream's max_bytes or max_msgs is
+// reached. Retrying does not help until something is removed.
+func StorageFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case codeInsufficientResources, codeStorageExceeded, codeStoreFailed:
+		return true
 	}
 	return false
 }

@@ -55,6 +55,11 @@ type Metrics struct {
 	// Tasks is the number of tasks in each non-terminal state, as this
 	// instance's watcher of the task bucket sees them.
 	Tasks *prometheus.GaugeVec
+	// EventsTerminated counts agent events removed from their stream
+	// without being applied, by agent and reason (task.Drop… codes:
+	// unknown_task, foreign_task, malformed, out_of_bounds, record_full,
+	// undeliverable, bad_subject).
+	EventsTerminated *prometheus.CounterVec
 }
 
 // latencyBuckets span 250 µs to 1 min: delegations take milliseconds, an
@@ -91,8 +96,10 @@ func New() *Metrics {
 		Help: "Refused credentials by edge (http: host bearer tokens, nats: agent credentials) and reason."}, []string{"edge", "reason"})
 	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
+	m.EventsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_events_terminated_total",
+		Help: "Agent events removed from their stream without being applied (they never can be), by agent and reason."}, []string{"agent", "reason"})
 	for _, c := range []prometheus.Collector{m.Delegations, m.DelegateSeconds, m.Transitions, m.TransitionsRefused, m.TasksEnded,
-		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks} {
+		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.EventsTerminated} {
 		f(c)
 	}
 	for _, st := range []string{"submitted", "working", "input-required", "auth-required"} {

@@ -1,0 +1,153 @@
+package task
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+)
+
+// Bounds on what a2ad keeps of an agent's event (docs/nats-binding.md §6.6).
+// An event over one is refused before anything of it is stored: a2ad
+// records the refusal in its own words and terminates the event.
+const (
+	// MaxEventIDBytes bounds an event's Nats-Msg-Id, which must also be
+	// printable ASCII without spaces: the binding's own form,
+	// "<taskId>.<seq>", is under 50 bytes.
+	MaxEventIDBytes = 256
+	// MaxAgentIDBytes bounds the ids an agent chooses that a record keeps
+	// or compares: its task id, context id, message ids and artifact ids.
+	MaxAgentIDBytes = 256
+	// MaxArtifactNameBytes bounds an artifact's name.
+	MaxArtifactNameBytes = 256
+)
+
+// Reasons an event is terminated for good (the label of
+// a2ad_events_terminated_total): it can never be applied.
+const (
+	DropBadSubject    = "bad_subject"   // not a2a.events.<agentId>.<taskId> with valid tokens
+	DropOutOfBounds   = "out_of_bounds" // a Nats-Msg-Id or an id over the bounds above
+	DropMalformed     = "malformed"     // not one A2A 1.0 stream item
+	DropUnknownTask   = "unknown_task"  // no such task, confirmed after a second delivery
+	DropForeignTask   = "foreign_task"  // the task is another agent's
+	DropRecordFull    = "record_full"   // applying it would outgrow the record's byte budget
+	DropUndeliverable = "undeliverable" // still not applied at its last delivery
+)
+
+// dropped is an event that can never be applied, with its reason (one of
+// the Drop… codes); it wraps errRefused.
+type dropped struct{ reason, detail string }
+
+func (d *dropped) Error() string {
+	if d.detail == "" {
+		return "event refused: " + d.reason
+	}
+	return "event refused: " + d.reason + ": " + d.detail
+}
+
+func (d *dropped) Unwrap() error { return errRefused }
+
+// DropReason returns the Drop… code of an error [Tracker.Apply] returned
+// for an event that can never be applied, or "".
+func DropReason(err error) string {
+	if d, ok := err.(*dropped); ok {
+		return d.reason
+	}
+	return ""
+}
+
+// validEventID reports whether msgID is within MaxEventIDBytes and
+// printable ASCII without spaces (an empty id is allowed: the event is
+// then ordered by the stream).
+func validEventID(msgID string) bool {
+	if len(msgID) > MaxEventIDBytes {
+		return false
+	}
+	for i := 0; i < len(msgID); i++ {
+		if c := msgID[i]; c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// checkItem returns why item exceeds what a record may keep of it, or "".
+func checkItem(item *a2a.StreamResponse) string {
+	var bad string
+	id := func(what, v string) {
+		if bad == "" && len(v) > MaxAgentIDBytes {
+			bad = fmt.Sprintf("%s longer than %d bytes", what, MaxAgentIDBytes)
+		}
+	}
+	status := func(st a2a.TaskStatus) {
+		if m := st.Message; m != nil {
+			id("status message messageId", m.MessageID)
+			id("status message taskId", m.TaskID)
+			id("status message contextId", m.ContextID)
+		}
+	}
+	art := func(a a2a.Artifact) {
+		id("artifactId", a.ArtifactID)
+		if bad == "" && len(a.Name) > MaxArtifactNameBytes {
+			bad = fmt.Sprintf("artifact name longer than %d bytes", MaxArtifactNameBytes)
+		}
+	}
+	switch {
+	case item.StatusUpdate != nil:
+		id("taskId", item.StatusUpdate.TaskID)
+		id("contextId", item.StatusUpdate.ContextID)
+		status(item.StatusUpdate.Status)
+	case item.ArtifactUpdate != nil:
+		id("taskId", item.ArtifactUpdate.TaskID)
+		id("contextId", item.ArtifactUpdate.ContextID)
+		art(item.ArtifactUpdate.Artifact)
+	case item.Task != nil:
+		id("taskId", item.Task.ID)
+		id("contextId", item.Task.ContextID)
+		status(item.Task.Status)
+		for _, a := range item.Task.Artifacts {
+			art(a)
+		}
+	}
+	return bad
+}
+
+// logGate lets through one log line per key every logEvery and counts the
+// others, so that a flood of refused events costs a line every few
+// seconds, not one per event. It holds at most maxGateKeys keys.
+type logGate struct {
+	mu sync.Mutex
+	m  map[string]*gateEntry
+}
+
+type gateEntry struct {
+	last time.Time
+	held int
+}
+
+const (
+	logEvery    = 10 * time.Second
+	maxGateKeys = 1024
+)
+
+// allow reports whether a line for key may be written now, and how many
+// were held back since the last one.
+func (g *logGate) allow(key string, now time.Time) (ok bool, held int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil || len(g.m) >= maxGateKeys {
+		g.m = map[string]*gateEntry{}
+	}
+	e := g.m[key]
+	if e == nil {
+		g.m[key] = &gateEntry{last: now}
+		return true, 0
+	}
+	if now.Sub(e.last) < logEvery {
+		e.held++
+		return false, 0
+	}
+	held, e.held, e.last = e.held, 0, now
+	return true, held
+}

@@ -1,0 +1,308 @@
+package task
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/jsretry"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+)
+
+// Each agent's events go to a JetStream stream of its own,
+// EventsStreamPrefix + agent id, capturing a2a.events.<agentId>.>, with a
+// durable consumer EventsConsumer that every a2ad instance shares
+// (docs/isolation.md). Apart, one agent's events can never wait behind
+// another's in a consumer's window, its message ids can never suppress
+// another's events (JetStream deduplicates Nats-Msg-Id per stream), and it
+// can fill only its own stream's limits ([EventLimits]).
+const (
+	EventsStreamPrefix = "A2AD_EVENTS_"
+	EventsConsumer     = "a2ad-tracker"
+)
+
+// LegacyEventsStream is the stream that captured every agent's events
+// (a2a.events.>) before each agent had its own. [Tracker.EnsureStreams]
+// retires it: its subjects are moved off a2a.events.> so that the agents'
+// streams can take them, the events it still holds are applied, and it is
+// deleted once empty.
+const LegacyEventsStream = "A2AD_EVENTS"
+
+// retiredSubject is what the legacy stream captures once retired: nothing
+// publishes there.
+const retiredSubject = "a2ad.retired.events"
+
+// EventsStream is the name of agentID's events stream.
+func EventsStream(agentID string) string { return EventsStreamPrefix + agentID }
+
+// EventLimits bound one agent's events (docs/isolation.md): its stream's
+// limits, over which JetStream refuses the agent's publishes (the agent
+// retries), and the rate at which a2ad applies them.
+type EventLimits struct {
+	// PerSecond and Burst are the token bucket (golang.org/x/time/rate)
+	// of the agent's events a2ad applies; the others wait in its stream.
+	// Zero: DefaultEventLimits.
+	PerSecond float64
+	Burst     int
+	// MaxEventBytes is the largest event, body and headers, in bytes (the
+	// stream's max_msg_size).
+	MaxEventBytes int32
+	// MaxPending and MaxPendingBytes bound the events waiting in the
+	// stream (its max_msgs and max_bytes, discard new); the bytes are
+	// reserved in the JetStream store when the stream is created.
+	MaxPending      int64
+	MaxPendingBytes int64
+}
+
+// DefaultEventLimits fill the zero fields of an agent's EventLimits.
+var DefaultEventLimits = EventLimits{PerSecond: 1000, Burst: 2000, MaxEventBytes: 1 << 20, MaxPending: 10_000, MaxPendingBytes: 64 << 20}
+
+func (l EventLimits) withDefaults() EventLimits {
+	d := DefaultEventLimits
+	l.PerSecond, l.Burst = cmp.Or(l.PerSecond, d.PerSecond), cmp.Or(l.Burst, d.Burst)
+	l.MaxEventBytes, l.MaxPending, l.MaxPendingBytes = cmp.Or(l.MaxEventBytes, d.MaxEventBytes),
+		cmp.Or(l.MaxPending, d.MaxPending), cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
+	return l
+}
+
+// eventsStreamConfig is agentID's events stream: work-queue retention (an
+// event stays until an instance applied it), discard new at the limits,
+// deduplication on Nats-Msg-Id within 2 minutes, 7 days maximum age.
+func eventsStreamConfig(agentID string, l EventLimits, replicas int) jetstream.StreamConfig {
+	l = l.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        EventsStream(agentID),
+		Description: "A2A events of agent " + agentID + ", kept until an a2ad instance applied them",
+		Subjects:    []string{natsbind.EventsSubject(agentID, ">")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(1, replicas),
+		Duplicates:  2 * time.Minute,
+		MaxAge:      7 * 24 * time.Hour,
+		MaxMsgSize:  l.MaxEventBytes,
+		MaxMsgs:     l.MaxPending,
+		MaxBytes:    l.MaxPendingBytes,
+	}
+}
+
+// EnsureStreams creates or updates the events stream of every agent in
+// t.Agents, first retiring [LegacyEventsStream], whose subjects would
+// overlap theirs. Errors name the agent; a store that cannot reserve an
+// agent's MaxPendingBytes is refused by JetStream ("insufficient storage
+// resources").
+func (t *Tracker) EnsureStreams(ctx context.Context, js jetstream.JetStream) error {
+	_, err := t.ensureStreams(ctx, js)
+	return err
+}
+
+// ensureStreams is EnsureStreams; it returns the legacy stream while it
+// still holds events to apply.
+func (t *Tracker) ensureStreams(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	legacy, err := retireLegacy(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range slices.Sorted(maps.Keys(t.Agents)) {
+		cfg := eventsStreamConfig(id, t.Agents[id], t.Replicas)
+		err := jsretry.Do(ctx, time.Minute, func() error {
+			_, err := js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("task: events stream %s of agent %s (max_pending_bytes %d): %w", cfg.Name, id, cfg.MaxBytes, err)
+		}
+	}
+	return legacy, nil
+}
+
+// retireLegacy moves the legacy stream off a2a.events.> and returns it if
+// it still holds events to apply; an empty one is deleted (nil).
+func retireLegacy(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	var st jetstream.Stream
+	err := jsretry.Do(ctx, time.Minute, func() (err error) { st, err = js.Stream(ctx, LegacyEventsStream); return err })
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task: legacy events stream %s: %w", LegacyEventsStream, err)
+	}
+	info := st.CachedInfo()
+	if info.State.Msgs == 0 {
+		err := jsretry.Do(ctx, time.Minute, func() error { return js.DeleteStream(ctx, LegacyEventsStream) })
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("task: delete the empty legacy events stream %s: %w", LegacyEventsStream, err)
+		}
+		return nil, nil
+	}
+	if !slices.Equal(info.Config.Subjects, []string{retiredSubject}) {
+		cfg := info.Config
+		cfg.Subjects = []string{retiredSubject}
+		err := jsretry.Do(ctx, time.Minute, func() (err error) { st, err = js.UpdateStream(ctx, cfg); return err })
+		if err != nil {
+			return nil, fmt.Errorf("task: retire the legacy events stream %s: %w", LegacyEventsStream, err)
+		}
+	}
+	return st, nil
+}
+
+// Consumer settings of every events stream. A delivery that is never
+// settled (the instance died) comes back after ackWait; maxAckPending is
+// the agent's own window; maxDeliver bounds the deliveries of one event,
+// and the tracker terminates an event at its last one (see handle).
+const (
+	ackWait       = 10 * time.Second
+	maxAckPending = 1024
+	maxDeliver    = 100
+)
+
+// Run applies the events of every agent in t.Agents, each from its own
+// stream and consumer, at its own rate, on its own workers, until ctx
+// ends; then it waits for the events being applied. It ensures the
+// streams first ([Tracker.EnsureStreams]) and applies what the legacy
+// stream still holds, deleting it once it is empty.
+func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream) error {
+	legacy, err := t.ensureStreams(ctx, js)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for id, l := range t.Agents {
+		l = l.withDefaults()
+		lim := rate.NewLimiter(rate.Limit(l.PerSecond), l.Burst)
+		wg.Go(func() { t.consume(ctx, js, EventsStream(id), lim, l.Burst) })
+	}
+	if legacy != nil {
+		lctx, done := context.WithCancel(ctx)
+		wg.Go(func() { t.consume(lctx, js, LegacyEventsStream, rate.NewLimiter(rate.Inf, 1), 256) })
+		wg.Go(func() {
+			defer done()
+			t.retireWhenEmpty(lctx, js, legacy)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// retireWhenEmpty deletes the legacy stream once every event in it has
+// been applied.
+func (t *Tracker) retireWhenEmpty(ctx context.Context, js jetstream.JetStream, legacy jetstream.Stream) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		info, err := legacy.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return // another instance deleted it
+		}
+		if err != nil || info.State.Msgs > 0 {
+			continue
+		}
+		if err := js.DeleteStream(ctx, LegacyEventsStream); err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Log.Info("legacy events stream applied and deleted", "stream", LegacyEventsStream)
+			return
+		}
+	}
+}
+
+// consume applies the events of one stream until ctx ends: lim paces them,
+// and each task's go to the same worker, in the order delivered. A
+// consumer that fails (deleted by an operator, a stream leader gone) is
+// created again after a pause.
+func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream string, lim *rate.Limiter, burst int) {
+	n := cmp.Or(t.Workers, DefaultWorkers)
+	queues := make([]chan streamMsg, n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan streamMsg, workerQueue)
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return // what is queued is redelivered after the ack wait
+				case m := <-queues[i]:
+					t.handle(ctx, m.st, m.Msg)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		err := t.pull(ctx, js, stream, lim, burst, func(st jetstream.Stream, m jetstream.Msg) {
+			select {
+			case queues[partition(m.Subject(), n)] <- streamMsg{m, st}:
+			case <-ctx.Done():
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) && stream == LegacyEventsStream {
+			return
+		}
+		t.Log.Warn("events consumer stopped; starting it again", "stream", stream, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// streamMsg is a delivered event and the stream it came from.
+type streamMsg struct {
+	jetstream.Msg
+	st jetstream.Stream
+}
+
+// pull binds the stream's durable consumer and passes its events to
+// dispatch, paced by lim, until ctx ends or the consumer fails.
+func (t *Tracker) pull(ctx context.Context, js jetstream.JetStream, stream string, lim *rate.Limiter, burst int, dispatch func(jetstream.Stream, jetstream.Msg)) error {
+	var st jetstream.Stream
+	var cons jetstream.Consumer
+	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+		if st, err = js.Stream(ctx, stream); err != nil {
+			return err
+		}
+		cons, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       EventsConsumer,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       ackWait,
+			MaxAckPending: maxAckPending,
+			MaxDeliver:    maxDeliver,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Events fetched ahead wait for the limiter: no more than about a
+	// burst's worth, so none waits out its ack wait.
+	it, err := cons.Messages(jetstream.PullMaxMessages(min(max(burst, 16), 256)))
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		if lim.Wait(ctx) != nil {
+			return ctx.Err()
+		}
+		dispatch(st, m)
+	}
+}
