@@ -13,7 +13,7 @@ import (
 // (default 64 KiB) with the same *Error as [Build]: applied before an
 // [Allowlist] filters, so that what is dropped is bounded too.
 func CheckEvidenceSize(evidence json.RawMessage, lim Limits) error {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	if len(bytes.TrimSpace(evidence)) > lim.MaxEvidenceBytes {
 		return &Error{Field: "/evidence", Reason: fmt.Sprintf("larger than %d bytes", lim.MaxEvidenceBytes)}
 	}

@@ -34,7 +34,8 @@ type Limits struct {
 	DefaultDeadlineSecs int // default 600
 }
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with each zero or negative limit at its default.
+func (l Limits) WithDefaults() Limits {
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -141,7 +142,7 @@ func Decode(raw []byte) (*Request, error) {
 // document order. The returned brief's canonical bytes (RFC 8785) and digest
 // are fixed.
 func Build(r Request, schema OutputSchema, lim Limits) (*Brief, error) {
-	lim = lim.withDefaults()
+	lim = lim.WithDefaults()
 	obj := strings.TrimSpace(r.Objective)
 	switch {
 	case obj == "":

@@ -141,15 +141,15 @@ var authSchema = json.RawMessage(`{"type":"object","properties":{"done":{"type":
 // is, question included, for the host to answer with task_respond.
 func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int) (*mcp.CallToolResult, TaskOutput, error) {
 	if !slices.Contains(p.Scopes, ScopeDelegate) {
-		return nil, TaskOutput{}, &ToolError{Code: "insufficient_scope", Err: fmt.Errorf("answering a question needs scope %s", ScopeDelegate)}
+		return nil, TaskOutput{}, &ToolError{Code: "insufficient_scope", Msg: "answering a question needs scope " + ScopeDelegate, Err: errors.New("insufficient scope")}
 	}
 	c, err := openState(e.stateKey, p, req.Params.RequestState, time.Now())
 	if err != nil {
-		return nil, TaskOutput{}, &ToolError{Code: "invalid_argument", Err: err}
+		return nil, TaskOutput{}, &ToolError{Code: "invalid_argument", Msg: err.Error(), Err: err}
 	}
 	r, err := e.svc.Get(ctx, p, c.Task)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	resp, _ := req.Params.InputResponses[AnswerInput].(*mcp.ElicitResult)
 	if c.Kind == "auth" {
@@ -176,7 +176,7 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 		return nil, view(r, false), nil
 	}
 	if r, err = e.svc.Respond(ctx, p, c.Task, answer); err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	return e.wait(ctx, req, p, r, waitFor(wait))
 }

@@ -220,7 +220,7 @@ func (e *Edge) agentsList(ctx context.Context, req *mcp.CallToolRequest, _ Agent
 	p := e.principal(req)
 	recs, err := e.svc.Agents.List(ctx, p.Tenant)
 	if err != nil {
-		return nil, AgentsListOutput{}, toolError(err)
+		return nil, AgentsListOutput{}, e.toolError(err)
 	}
 	out := AgentsListOutput{Agents: []AgentView{}}
 	for _, r := range recs {
@@ -358,11 +358,11 @@ func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in Delega
 		return e.resume(ctx, req, p, in.WaitSeconds)
 	}
 	if in.Evidence == nil {
-		return nil, TaskOutput{}, toolError(&brief.Error{Field: "/evidence", Reason: "must be a JSON object"})
+		return nil, TaskOutput{}, e.toolError(&brief.Error{Field: "/evidence", Reason: "must be a JSON object"})
 	}
 	ev, err := json.Marshal(in.Evidence)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(&brief.Error{Field: "/evidence", Reason: "not encodable as JSON"})
+		return nil, TaskOutput{}, e.toolError(&brief.Error{Field: "/evidence", Reason: "not encodable as JSON"})
 	}
 	br := brief.Request{Objective: in.Objective, Evidence: ev, Constraints: in.Constraints, OutputSchema: in.OutputSchema}
 	if in.Budget != nil {
@@ -370,7 +370,7 @@ func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in Delega
 	}
 	r, err := e.svc.Delegate(ctx, p, broker.DelegateRequest{Agent: in.Agent, Skill: in.Skill, Brief: br, IdempotencyKey: in.IdempotencyKey})
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	return e.wait(ctx, req, p, r, waitFor(in.WaitSeconds))
 }
@@ -427,7 +427,7 @@ func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker
 	}
 	got, err := e.svc.WaitUntil(wctx, p, r.ID, d, done, changed)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	// Wait reads the record once before it watches; a change seen only
 	// by that read still goes out, so the last notification names the
@@ -452,7 +452,7 @@ func (e *Edge) taskGet(ctx context.Context, req *mcp.CallToolRequest, in TaskGet
 	}
 	r, err := e.svc.Get(ctx, p, in.TaskID)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	d := time.Duration(0)
 	if in.WaitSeconds != nil {
@@ -475,7 +475,7 @@ func (e *Edge) taskRespond(ctx context.Context, req *mcp.CallToolRequest, in Tas
 	}
 	r, err := e.svc.Respond(ctx, p, in.TaskID, in.Answer)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	return e.wait(ctx, req, p, r, waitFor(in.WaitSeconds))
 }
@@ -489,7 +489,7 @@ func (e *Edge) taskCancel(ctx context.Context, req *mcp.CallToolRequest, in Task
 	p := e.principal(req)
 	r, err := e.svc.Cancel(ctx, p, in.TaskID)
 	if err != nil {
-		return nil, TaskOutput{}, toolError(err)
+		return nil, TaskOutput{}, e.toolError(err)
 	}
 	return nil, view(r, false), nil
 }
@@ -497,19 +497,42 @@ func (e *Edge) taskCancel(ctx context.Context, req *mcp.CallToolRequest, in Task
 // ToolError is the error text a host sees: a stable code, then the detail.
 type ToolError struct {
 	Code string
-	Err  error
+	// Msg is what the host reads after the code: a2ad's own words.
+	Msg string
+	// Err is the cause, for errors.Is and errors.As; for internal_error and
+	// unavailable it may hold a library's text, which no host sees.
+	Err error
 }
 
-func (e *ToolError) Error() string { return e.Code + ": " + e.Err.Error() }
+func (e *ToolError) Error() string { return e.Code + ": " + e.Msg }
 func (e *ToolError) Unwrap() error { return e.Err }
 
-// toolError classifies a domain error into a stable code.
-func toolError(err error) error {
-	code := ErrorCode(err)
-	if code == "internal_error" {
-		return &ToolError{Code: code, Err: fmt.Errorf("%v", err)}
+// Messages of the codes whose causes may be a library's text.
+const (
+	msgInternal    = "a2ad could not complete the call; its log has the cause"
+	msgUnavailable = "a2ad's store has no room for this now (it keeps what is left for the tasks already delegated, which go on); try again later"
+)
+
+// toolError classifies a domain error into a stable code. The host reads
+// the error's own text only for codes whose errors are a2ad's words.
+func (e *Edge) toolError(err error) error {
+	te := toolError(err)
+	if te.Code == "internal_error" || te.Code == "unavailable" {
+		e.log.Warn("tool call failed", "code", te.Code, "err", err)
 	}
-	return &ToolError{Code: code, Err: err}
+	return te
+}
+
+// toolError is [Edge.toolError] without the log line.
+func toolError(err error) *ToolError {
+	code := ErrorCode(err)
+	switch code {
+	case "internal_error":
+		return &ToolError{Code: code, Msg: msgInternal, Err: err}
+	case "unavailable":
+		return &ToolError{Code: code, Msg: msgUnavailable, Err: err}
+	}
+	return &ToolError{Code: code, Msg: err.Error(), Err: err}
 }
 
 // ErrorCode is the stable code hosts see for a broker error
@@ -544,6 +567,8 @@ func ErrorCode(err error) string {
 		code = "task_not_interrupted"
 	case errors.Is(err, broker.ErrTerminal):
 		code = "task_ended"
+	case errors.Is(err, task.ErrUnavailable):
+		code = "unavailable"
 	case errors.Is(err, context.DeadlineExceeded):
 		code = "agent_timeout"
 	// Last: a2ad's own meaning of an agent's error (above) comes first.

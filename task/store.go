@@ -100,6 +100,7 @@ func markOf(r *Record) writeMark {
 // Snapshot is what the watcher reports of one record.
 type Snapshot struct {
 	ID       string
+	AgentID  string
 	Deleted  bool
 	State    State
 	Deadline time.Time
@@ -171,6 +172,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
 		if !snap.Deleted {
 			var v struct {
+				AgentID  string    `json:"agent_id"`
 				State    State     `json:"state"`
 				Deadline time.Time `json:"deadline"`
 				Outbox   *struct {
@@ -181,7 +183,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				s.cache.observe(e.Key(), e.Revision(), nil, true)
 				continue // not a record a2ad wrote; Get reports it
 			}
-			snap.State, snap.Deadline = v.State, v.Deadline
+			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {

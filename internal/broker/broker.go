@@ -7,6 +7,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -34,6 +35,15 @@ type Principal struct {
 	Subject string
 	Tenant  string
 	Scopes  []string
+}
+
+// Admission decides whether new work may be accepted.
+type Admission interface {
+	// Admit returns nil, or an error wrapping task.ErrUnavailable that
+	// says, in a2ad's words, why no new delegation is accepted now.
+	Admit() error
+	// Full reports a write the store refused for lack of room.
+	Full()
 }
 
 // Errors a host can act on.
@@ -78,6 +88,16 @@ type Service struct {
 	// OnDelegate, if set, is called once per Delegate call, after it, with
 	// its outcome. It must not block.
 	OnDelegate func(ctx context.Context, d Delegation)
+	// IdempotencySecret keys the task ids derived from idempotency keys
+	// (HMAC-SHA256); every instance must share it. LegacyIdempotencyUntil
+	// is when the ids of earlier versions (a plain hash) stop being looked
+	// up for retries: a retry of a task delegated before the upgrade gets
+	// that task until then.
+	IdempotencySecret      []byte
+	LegacyIdempotencyUntil time.Time
+	// Admission, if set, decides whether a new delegation may be stored
+	// (the JetStream store keeps room for the tasks already delegated).
+	Admission Admission
 
 	schedOnce sync.Once
 	sched     *scheduler
@@ -88,7 +108,7 @@ type Service struct {
 // schedule of deadlines and outbox deliveries. It may be called before
 // [Service.Run].
 func (s *Service) Track(sn task.Snapshot) {
-	s.scheduler().set(sn.ID, dueOf(sn))
+	s.scheduler().track(sn.ID, sn.AgentID, dueOf(sn))
 }
 
 // Scheduled is the number of tasks whose deadline or outbox delivery this
@@ -117,9 +137,19 @@ func newTaskID() string {
 // idempotentTaskID derives the task id from the tenant and the host's
 // idempotency key, so that creating the record is itself the idempotency
 // check: one atomic KV create, no separate index that a crash could leave
-// half-written.
-func idempotentTaskID(tenant, key string) string {
+// half-written. It is an HMAC-SHA256 (RFC 2104) under a secret every
+// instance shares: a task id is a capability (docs/nats-binding.md §10),
+// and one computable from a guessable key would hand it to anyone.
+func idempotentTaskID(secret []byte, tenant, key string) string {
+	mac := hmac.New(sha256.New, secret)
 	// Length-prefixed, so no (tenant, key) pair hashes as another.
+	_, _ = fmt.Fprintf(mac, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key)
+	return "tsk-" + hex.EncodeToString(mac.Sum(nil)[:12])
+}
+
+// legacyIdempotentTaskID is the id earlier versions derived, with a plain
+// SHA-256, for tasks that may still be retried.
+func legacyIdempotentTaskID(tenant, key string) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key))
 	return "tsk-" + hex.EncodeToString(h[:12])
 }
@@ -201,7 +231,25 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 	now := time.Now().UTC()
 	id := newTaskID()
 	if req.IdempotencyKey != "" {
-		id = idempotentTaskID(p.Tenant, req.IdempotencyKey)
+		id = idempotentTaskID(s.IdempotencySecret, p.Tenant, req.IdempotencyKey)
+		if now.Before(s.LegacyIdempotencyUntil) {
+			// A retry of a delegation an earlier version made gets its task.
+			legacy := legacyIdempotentTaskID(p.Tenant, req.IdempotencyKey)
+			if prev, err := s.Get(ctx, p, legacy); err == nil && prev.IdempotencyKey == req.IdempotencyKey {
+				return s.replay(ctx, p, legacy, b.Digest(), *req)
+			}
+		}
+	}
+	if s.Admission != nil {
+		if err := s.Admission.Admit(); err != nil {
+			if req.IdempotencyKey != "" {
+				// A retry of a task that exists needs no room.
+				if prev, rerr := s.replay(ctx, p, id, b.Digest(), *req); rerr == nil || !errors.Is(rerr, task.ErrNotFound) {
+					return prev, rerr
+				}
+			}
+			return nil, err
+		}
 	}
 	r := &task.Record{
 		ID: id, Tenant: p.Tenant, Subject: p.Subject, AgentID: req.Agent, Skill: req.Skill,
@@ -228,6 +276,9 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		if err == nil {
 			*created = id
 			break
+		}
+		if errors.Is(err, task.ErrUnavailable) && s.Admission != nil {
+			s.Admission.Full()
 		}
 		if !errors.Is(err, task.ErrExists) || req.IdempotencyKey == "" {
 			return nil, err

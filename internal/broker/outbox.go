@@ -27,8 +27,15 @@ const (
 	// effort toward the agent, the task is canceled already.
 	MaxCancelAttempts = 8
 	// workers bounds concurrent background deliveries and deadline
-	// cancellations per instance.
-	workers = 16
+	// cancellations per instance; perAgent bounds those of one agent, so
+	// that an agent slow to answer (each request waiting out its timeout)
+	// holds at most perAgent of them and never delays another agent's
+	// redeliveries and deadlines.
+	workers  = 64
+	perAgent = 4
+	// agentBusyPause is how long a task whose agent has perAgent actions
+	// running waits before it is looked at again.
+	agentBusyPause = 25 * time.Millisecond
 )
 
 // Backoff is the pause after the n-th failed delivery attempt.
@@ -462,7 +469,9 @@ type scheduler struct {
 	mu       sync.Mutex
 	h        dueHeap
 	byID     map[string]*dueItem
-	inflight map[string]bool // being acted on; true: fell due again meanwhile
+	agentOf  map[string]string // task id → agent id, from the watcher
+	busy     map[string]int    // agent id → actions running
+	inflight map[string]bool   // being acted on; true: fell due again meanwhile
 	wake     chan struct{}
 	stopping chan struct{} // closed when run returns
 	stopOnce sync.Once
@@ -489,7 +498,21 @@ func (h *dueHeap) Pop() any {
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{byID: map[string]*dueItem{}, inflight: map[string]bool{}, wake: make(chan struct{}, 1), stopping: make(chan struct{})}
+	return &scheduler{byID: map[string]*dueItem{}, agentOf: map[string]string{}, busy: map[string]int{}, inflight: map[string]bool{},
+		wake: make(chan struct{}, 1), stopping: make(chan struct{})}
+}
+
+// track schedules task id of agentID at due, or forgets it when due is
+// zero (the watcher's view of the task).
+func (sc *scheduler) track(id, agentID string, due time.Time) {
+	sc.mu.Lock()
+	if due.IsZero() {
+		delete(sc.agentOf, id)
+	} else {
+		sc.agentOf[id] = agentID
+	}
+	sc.mu.Unlock()
+	sc.set(id, due)
 }
 
 // set schedules id at due, or forgets it when due is zero.
@@ -550,7 +573,7 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 	defer wg.Wait()
 	for {
 		sc.mu.Lock()
-		var due []string
+		var due, held []string
 		now := time.Now()
 		for len(sc.h) > 0 && !sc.h[0].due.After(now) {
 			it := heap.Pop(&sc.h).(*dueItem)
@@ -559,8 +582,18 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 				sc.inflight[it.id] = true // act again once the running action ends
 				continue
 			}
+			if sc.busy[sc.agentOf[it.id]] >= perAgent {
+				held = append(held, it.id) // its agent has enough running: soon
+				continue
+			}
+			sc.busy[sc.agentOf[it.id]]++
 			sc.inflight[it.id] = false
 			due = append(due, it.id)
+		}
+		for _, id := range held {
+			it := &dueItem{id: id, due: now.Add(agentBusyPause)}
+			heap.Push(&sc.h, it)
+			sc.byID[id] = it
 		}
 		next := time.Hour
 		if len(sc.h) > 0 {
@@ -577,10 +610,16 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
+				sc.mu.Lock()
+				agent := sc.agentOf[id]
+				sc.mu.Unlock()
 				again := act(ctx, id)
 				sc.mu.Lock()
 				dueMeanwhile := sc.inflight[id]
 				delete(sc.inflight, id)
+				if sc.busy[agent]--; sc.busy[agent] <= 0 {
+					delete(sc.busy, agent)
+				}
 				sc.mu.Unlock()
 				if dueMeanwhile {
 					// A change fell due while the action ran on an older

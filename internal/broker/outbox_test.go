@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -105,5 +106,50 @@ func TestSchedulerActsAgainWhenDueDuringAction(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the change that fell due during the action was forgotten")
+	}
+}
+
+// An agent slow to answer holds at most perAgent of the scheduler's
+// workers: another agent's due task is acted on at once while the slow
+// agent's many tasks wait their turn.
+func TestSlowAgentDoesNotDelayAnotherAgentsTasks(t *testing.T) {
+	sc := newScheduler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	fast := make(chan struct{})
+	go sc.run(ctx, func(_ context.Context, id string) time.Time {
+		if id == "fast" {
+			close(fast)
+			return time.Time{}
+		}
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-release // every one of the slow agent's actions waits out a timeout
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return time.Time{}
+	})
+	now := time.Now()
+	for i := range 3 * workers {
+		sc.track(fmt.Sprintf("slow-%d", i), "slow-agent", now)
+	}
+	time.Sleep(50 * time.Millisecond)
+	sc.track("fast", "fast-agent", time.Now())
+	select {
+	case <-fast:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the other agent's task waited behind the slow agent's")
+	}
+	close(release)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != perAgent {
+		t.Fatalf("the slow agent had %d actions running at once, want %d", most, perAgent)
 	}
 }

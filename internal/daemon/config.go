@@ -19,6 +19,7 @@ import (
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -103,8 +104,15 @@ type AgentLimits struct {
 // DefaultAgentLimits are the limits of an agent that neither agent_limits
 // nor its own limits set.
 var DefaultAgentLimits = AgentLimits{
-	EventsPerSecond: 1000, EventsBurst: 2000, MaxEventBytes: 1 << 20,
-	MaxPendingEvents: 10_000, MaxPendingBytes: 64 << 20, RegistrationsPerMinute: 12,
+	EventsPerSecond: task.DefaultEventLimits.PerSecond, EventsBurst: task.DefaultEventLimits.Burst,
+	MaxEventBytes: task.DefaultEventLimits.MaxEventBytes, MaxPendingEvents: task.DefaultEventLimits.MaxPending,
+	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12,
+}
+
+// events are the limits of l that bound the agent's events.
+func (l AgentLimits) events() task.EventLimits {
+	return task.EventLimits{PerSecond: l.EventsPerSecond, Burst: l.EventsBurst, MaxEventBytes: l.MaxEventBytes,
+		MaxPending: l.MaxPendingEvents, MaxPendingBytes: l.MaxPendingBytes}
 }
 
 // Or returns l with each zero field taken from d.
@@ -116,6 +124,44 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	l.MaxPendingBytes = cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
 	l.RegistrationsPerMinute = cmp.Or(l.RegistrationsPerMinute, d.RegistrationsPerMinute)
 	return l
+}
+
+// Check refuses limits no agent could work under, naming the field as
+// the configuration spells it under prefix ("agent_limits",
+// "agents[fraud-review].limits").
+func (l AgentLimits) Check(prefix string) error {
+	switch {
+	case l.EventsPerSecond <= 0:
+		return fmt.Errorf("config: %s.events_per_second %v: want more than 0", prefix, l.EventsPerSecond)
+	case l.EventsBurst < 1:
+		return fmt.Errorf("config: %s.events_burst %d: want at least 1", prefix, l.EventsBurst)
+	case l.MaxEventBytes < 1024 || l.MaxEventBytes > 1<<20:
+		return fmt.Errorf("config: %s.max_event_bytes %d: want 1024 to 1048576 (the NATS server's max_payload)", prefix, l.MaxEventBytes)
+	case l.MaxPendingEvents < 1:
+		return fmt.Errorf("config: %s.max_pending_events %d: want at least 1", prefix, l.MaxPendingEvents)
+	case l.MaxPendingBytes < int64(l.MaxEventBytes):
+		return fmt.Errorf("config: %s.max_pending_bytes %d: want at least max_event_bytes (%d)", prefix, l.MaxPendingBytes, l.MaxEventBytes)
+	case l.RegistrationsPerMinute < 1:
+		return fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute)
+	}
+	return nil
+}
+
+// checkLimits refuses agent limits and a storage reserve a2ad cannot run
+// with.
+func (c Config) checkLimits() error {
+	if c.Storage.ReserveBytes < 0 {
+		return fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes)
+	}
+	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
+		return err
+	}
+	for _, a := range c.Agents {
+		if err := a.Limits.Or(c.AgentLimits).Or(DefaultAgentLimits).Check("agents[" + a.ID + "].limits"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StorageConfig is what a2ad keeps of the JetStream store.

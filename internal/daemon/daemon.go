@@ -62,8 +62,9 @@ type Daemon struct {
 	// Audit is the audit trail's writer.
 	Audit *audit.Log
 
-	log    *slog.Logger
-	obs    *observer
+	log     *slog.Logger
+	obs     *observer
+	storage *storageMonitor
 	tracer *tracing.Provider
 	ns     *server.Server
 	keys   atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
@@ -80,6 +81,9 @@ type Daemon struct {
 func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_ *Daemon, err error) {
 	started := time.Now()
 	cfg = cfg.withDefaults()
+	if err := cfg.checkLimits(); err != nil {
+		return nil, err
+	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
 	refusals := newRefusalLog(log)
@@ -199,9 +203,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
+	idemKey, idemSince, err := sharedSecret(ctx, js, cfg.Replicas, "idempotency-task-id-hmac")
+	if err != nil {
+		return nil, err
+	}
+	limitsOfBriefs := brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}.WithDefaults()
 	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
-		Limits: brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}, EvidenceSchemas: evidence, EvidenceAllow: allow,
-		OnDelegate: d.obs.delegated}
+		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow,
+		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey,
+		// Tasks of earlier versions are found by their ids for as long as
+		// one delegated before the key existed may still run.
+		LegacyIdempotencyUntil: idemSince.Add(time.Duration(limitsOfBriefs.MaxDeadlineSeconds) * time.Second)}
 	store, err := task.NewStore(runCtx, js, cfg.Replicas, func(sn task.Snapshot) {
 		d.Service.Track(sn)
 		d.obs.track(sn)
@@ -228,9 +240,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	limits := map[string]task.EventLimits{}
 	for _, a := range cfg.Agents {
 		policies[a.ID] = a.Artifacts
-		l := a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits)
-		limits[a.ID] = task.EventLimits{PerSecond: l.EventsPerSecond, Burst: l.EventsBurst, MaxEventBytes: l.MaxEventBytes,
-			MaxPending: l.MaxPendingEvents, MaxPendingBytes: l.MaxPendingBytes}
+		limits[a.ID] = a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits).events()
 	}
 	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log, Policies: policies, Agents: limits, Replicas: cfg.Replicas,
 		OnDrop: d.obs.eventDropped}
@@ -246,6 +256,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		if err := tracker.Run(runCtx, js); err != nil {
 			log.Error("tracker stopped", "err", err)
 		}
+	}()
+	capacity := int64(0) // an external NATS: the account's limit
+	if d.ns != nil {
+		capacity = cmp.Or(cfg.JetStreamMaxStore, embedded.DefaultMaxStore)
+	}
+	d.storage = newStorageMonitor(js, capacity, cmp.Or(cfg.Storage.ReserveBytes, DefaultStorageReserve), log)
+	d.storage.poll(ctx)
+	d.Service.Admission = d.storage
+	d.Metrics.WatchStorage(d.storage.report)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.storage.run(runCtx)
 	}()
 	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
@@ -263,7 +286,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if !serveHTTP {
 		stdioPrincipal = &broker.Principal{Subject: cfg.Principal.Subject, Tenant: cfg.Principal.Tenant, Scopes: cfg.Principal.Scopes}
 	}
-	stateKey, err := sharedSecret(ctx, js, cfg.Replicas, "request-state-hmac")
+	stateKey, _, err := sharedSecret(ctx, js, cfg.Replicas, "request-state-hmac")
 	if err != nil {
 		return nil, err
 	}
@@ -441,39 +464,40 @@ const SecretsBucket = "a2ad_secrets"
 
 // sharedSecret returns the 32-byte secret name of the NATS account a2ad
 // uses, creating it on first use: the first instance's create wins, the
-// others read it.
-func sharedSecret(ctx context.Context, js jetstream.JetStream, replicas int, name string) ([]byte, error) {
+// others read it. created is when it was first stored.
+func sharedSecret(ctx context.Context, js jetstream.JetStream, replicas int, name string) (secret []byte, created time.Time, err error) {
 	var kv jetstream.KeyValue
-	err := jsretry.Do(ctx, time.Minute, func() (err error) {
+	err = jsretry.Do(ctx, time.Minute, func() (err error) {
 		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: SecretsBucket,
 			Description: "a2ad secrets shared by its instances", History: 1, Replicas: max(1, replicas), Storage: jetstream.FileStorage})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("KV bucket %s: %w", SecretsBucket, err)
+		return nil, time.Time{}, fmt.Errorf("KV bucket %s: %w", SecretsBucket, err)
 	}
-	secret := make([]byte, 32)
+	secret = make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
+	created = time.Now()
 	err = jsretry.Do(ctx, 20*time.Second, func() error {
 		_, err := kv.Create(ctx, name, secret)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			e, gerr := kv.Get(ctx, name)
 			if gerr == nil {
-				secret = e.Value()
+				secret, created = e.Value(), e.Created()
 			}
 			return gerr
 		}
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("secret %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("secret %s: %w", name, err)
 	}
 	if len(secret) < 32 {
-		return nil, fmt.Errorf("secret %s in %s is %d bytes, want 32", name, SecretsBucket, len(secret))
+		return nil, time.Time{}, fmt.Errorf("secret %s in %s is %d bytes, want 32", name, SecretsBucket, len(secret))
 	}
-	return secret, nil
+	return secret, created, nil
 }
 
 // AgentKeys returns the keys of agent credentials that every a2ad instance
@@ -482,7 +506,7 @@ func sharedSecret(ctx context.Context, js jetstream.JetStream, replicas int, nam
 // (replicas as the other buckets). Whoever can read that bucket can mint
 // credentials: a2ad's own NATS user only, never an agent's.
 func AgentKeys(ctx context.Context, js jetstream.JetStream, replicas int) (*agentcred.Keys, error) {
-	seed, err := sharedSecret(ctx, js, replicas, "agent-credential-ed25519-seed")
+	seed, _, err := sharedSecret(ctx, js, replicas, "agent-credential-ed25519-seed")
 	if err != nil {
 		return nil, err
 	}
@@ -509,11 +533,17 @@ type Readiness struct {
 	// It does not make a2ad unready (delegations go on; the records wait
 	// in memory): alert on it, or on a2ad_audit_queue_records.
 	Audit string `json:"audit"`
+	// Storage is "ok" while the JetStream store has room for new tasks
+	// beyond storage.reserve_bytes, else why not.
+	Storage string `json:"storage"`
+	// AcceptingDelegations is false while new delegations are refused
+	// with `unavailable` for lack of room; tasks already delegated go on.
+	AcceptingDelegations bool `json:"accepting_delegations"`
 }
 
 // Ready reports readiness (the /readyz body): NATS connected, the task
 // bucket reachable (a stream info request, at most 2 s), every stored task
-// tracked.
+// tracked, and room in the store for new tasks.
 func (d *Daemon) Ready(ctx context.Context) Readiness {
 	rd := Readiness{NATS: d.nc.Status().String(), OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled(), KV: "ok",
 		Audit: d.Audit.Health()}
@@ -531,7 +561,8 @@ func (d *Daemon) Ready(ctx context.Context) Readiness {
 			rd.KV = err.Error()
 		}
 	}
-	rd.Ready = rd.Loaded && d.nc.IsConnected() && rd.KV == "ok"
+	rd.Storage, rd.AcceptingDelegations = d.storage.status()
+	rd.Ready = rd.Loaded && d.nc.IsConnected() && rd.KV == "ok" && rd.AcceptingDelegations
 	return rd
 }
 

@@ -160,3 +160,78 @@ func (m *Metrics) WatchAudit(a AuditCounts) {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, EnableOpenMetrics: true})
 }
+
+// StreamUsage is one JetStream stream's use of the store.
+type StreamUsage struct {
+	Name     string
+	Bytes    uint64
+	Messages uint64
+	// MaxBytes is the stream's max_bytes (≤ 0: none).
+	MaxBytes int64
+}
+
+// StorageReport is what a2ad knows of its JetStream store.
+type StorageReport struct {
+	// Streams are a2ad's streams and KV buckets.
+	Streams []StreamUsage
+	// Capacity is the store's size in bytes (0: unknown); Room what task
+	// records can still use of it: the capacity less what every stream
+	// holds, or has reserved with max_bytes.
+	Capacity, Room int64
+	// Accepting is false while new delegations are refused for lack of
+	// room.
+	Accepting bool
+}
+
+// WatchStorage adds, read at scrape time from read: per stream
+// a2ad_jetstream_stream_bytes, a2ad_jetstream_stream_messages and
+// a2ad_jetstream_stream_max_bytes (for streams with a limit);
+// a2ad_jetstream_store_capacity_bytes and a2ad_jetstream_store_room_bytes
+// (when the capacity is known); a2ad_delegations_accepted (1 while new
+// delegations are accepted, 0 while storage refuses them).
+func (m *Metrics) WatchStorage(read func() StorageReport) {
+	m.Registry.MustRegister(storageCollector(read))
+}
+
+var (
+	streamBytesDesc = prometheus.NewDesc("a2ad_jetstream_stream_bytes",
+		"Bytes a JetStream stream or KV bucket of a2ad holds.", []string{"stream"}, nil)
+	streamMsgsDesc = prometheus.NewDesc("a2ad_jetstream_stream_messages",
+		"Messages a JetStream stream or KV bucket of a2ad holds.", []string{"stream"}, nil)
+	streamMaxDesc = prometheus.NewDesc("a2ad_jetstream_stream_max_bytes",
+		"The max_bytes limit of a JetStream stream of a2ad (reserved in the store).", []string{"stream"}, nil)
+	capacityDesc = prometheus.NewDesc("a2ad_jetstream_store_capacity_bytes",
+		"Size of the JetStream store a2ad writes to: the embedded server's max store or the account's limit.", nil, nil)
+	roomDesc = prometheus.NewDesc("a2ad_jetstream_store_room_bytes",
+		"Bytes of the JetStream store task records can still use: capacity less what streams hold or have reserved.", nil, nil)
+	acceptingDesc = prometheus.NewDesc("a2ad_delegations_accepted",
+		"1 while new delegations are accepted, 0 while the store has less room than storage.reserve_bytes.", nil, nil)
+)
+
+type storageCollector func() StorageReport
+
+func (c storageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{streamBytesDesc, streamMsgsDesc, streamMaxDesc, capacityDesc, roomDesc, acceptingDesc} {
+		ch <- d
+	}
+}
+
+func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c()
+	for _, s := range r.Streams {
+		ch <- prometheus.MustNewConstMetric(streamBytesDesc, prometheus.GaugeValue, float64(s.Bytes), s.Name)
+		ch <- prometheus.MustNewConstMetric(streamMsgsDesc, prometheus.GaugeValue, float64(s.Messages), s.Name)
+		if s.MaxBytes > 0 {
+			ch <- prometheus.MustNewConstMetric(streamMaxDesc, prometheus.GaugeValue, float64(s.MaxBytes), s.Name)
+		}
+	}
+	if r.Capacity > 0 {
+		ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(r.Capacity))
+		ch <- prometheus.MustNewConstMetric(roomDesc, prometheus.GaugeValue, float64(r.Room))
+	}
+	accepting := 0.0
+	if r.Accepting {
+		accepting = 1
+	}
+	ch <- prometheus.MustNewConstMetric(acceptingDesc, prometheus.GaugeValue, accepting)
+}
