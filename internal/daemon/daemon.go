@@ -65,15 +65,15 @@ type Daemon struct {
 	log     *slog.Logger
 	obs     *observer
 	storage *storageMonitor
-	tracer *tracing.Provider
-	ns     *server.Server
-	keys   atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
-	lock   *os.File
-	nc     *nats.Conn
-	http   *http.Server
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	tracer  *tracing.Provider
+	ns      *server.Server
+	keys    atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
+	lock    *os.File
+	nc      *nats.Conn
+	http    *http.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
