@@ -299,89 +299,116 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 	return err
 }
 
-func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte, o applyOpts) error {
+// event is one agent event as delivered, checked against a2ad's bounds
+// before anything of it is stored.
+type event struct {
+	agentID, taskID, msgID string
+	item                   *a2a.StreamResponse
+	decErr                 error  // the body is not one A2A 1.0 stream item
+	badID                  bool   // msgID is over MaxEventIDBytes or not printable ASCII
+	bound                  string // what of item is over a2ad's bounds, or ""
+}
+
+// parseEvent reads an event published on subject; an error (a *dropped)
+// when the subject is not a2a.events.<agentId>.<taskId>.
+func parseEvent(subject, msgID string, data []byte) (event, error) {
 	agentID, taskID, err := natsbind.ParseEventsSubject(subject)
 	if err != nil || !natsbind.ValidToken(agentID) || !natsbind.ValidToken(taskID) {
-		return &dropped{reason: DropBadSubject}
+		return event{}, &dropped{reason: DropBadSubject}
 	}
-	item, decErr := a2a.DecodeStreamResponse(data)
-	badID := !validEventID(msgID)
-	bound := ""
-	if decErr == nil {
-		bound = checkItem(item)
+	ev := event{agentID: agentID, taskID: taskID, msgID: msgID, badID: !validEventID(msgID)}
+	ev.item, ev.decErr = a2a.DecodeStreamResponse(data)
+	if ev.decErr == nil {
+		ev.bound = checkItem(ev.item)
 	}
-	var drop *dropped
-	// order applies the event's place in the task's sequence of events.
-	order := func(r *Record) error {
-		if r.seen(msgID) {
-			return errNoChange
-		}
-		if !o.sequenced {
-			return nil
-		}
-		prefix, n, ok := eventSeq(msgID)
-		if !ok || prefix != r.ID {
-			return errUnsequenced
-		}
-		switch {
-		case n <= r.EventSeq && !r.skipped(n):
-			return errNoChange // applied already
-		case n <= r.EventSeq:
-			r.Skipped = slices.DeleteFunc(r.Skipped, func(s int) bool { return s == n }) // late, but never lost
-		case n > r.EventSeq+1 && o.waitGap:
-			return errGap
-		default:
-			r.skip(r.EventSeq+1, n)
-			r.EventSeq = n
-		}
+	return ev, nil
+}
+
+// order applies ev's place in the task's sequence of events to r:
+// errNoChange for a duplicate, errGap for an event after a gap (when o
+// says to wait), errUnsequenced for an id without the task's sequence
+// (when o orders by sequence).
+func (ev event) order(r *Record, o applyOpts) error {
+	if r.seen(ev.msgID) {
+		return errNoChange
+	}
+	if !o.sequenced {
 		return nil
 	}
-	mutate := func(r *Record) error {
-		now := t.now()
-		drop = nil
-		if r.AgentID != agentID {
-			// Nothing is written: another agent's events must not change,
-			// or contend for, the owner's record.
-			drop = &dropped{reason: DropForeignTask}
-			return errNoChange
-		}
-		if badID {
-			// Neither kept nor ordered: the id itself is over the bounds.
-			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-				Reason: fmt.Sprintf("refused: Nats-Msg-Id longer than %d bytes or not printable ASCII", MaxEventIDBytes), Refused: true})
-			drop = &dropped{reason: DropOutOfBounds, detail: "Nats-Msg-Id"}
-			return nil
-		}
-		if err := order(r); err != nil {
-			return err
-		}
-		r.remember(msgID)
-		switch {
-		case decErr != nil:
-			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-				Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: msgID})
-			drop = &dropped{reason: DropMalformed}
-			return nil
-		case bound != "":
-			r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-				Reason: "refused: " + bound, Refused: true, MsgID: msgID})
-			drop = &dropped{reason: DropOutOfBounds, detail: bound}
-			return nil
-		}
-		if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
-			// Any event of the task proves the agent has the brief.
-			r.Outbox = nil
-		}
-		err := t.applyItem(r, item, msgID, now)
-		if errors.Is(err, errNoChange) {
-			return nil // still written: the event's id and sequence are now applied
-		}
+	prefix, n, ok := eventSeq(ev.msgID)
+	if !ok || prefix != r.ID {
+		return errUnsequenced
+	}
+	switch {
+	case n <= r.EventSeq && !r.skipped(n):
+		return errNoChange // applied already
+	case n <= r.EventSeq:
+		r.Skipped = slices.DeleteFunc(r.Skipped, func(s int) bool { return s == n }) // late, but never lost
+	case n > r.EventSeq+1 && o.waitGap:
+		return errGap
+	default:
+		r.skip(r.EventSeq+1, n)
+		r.EventSeq = n
+	}
+	return nil
+}
+
+// applyTo applies ev to r as read from the store. It returns a *dropped
+// for an event that can never apply (the record then holds only a2ad's
+// refusal, or, for a foreign event, nothing: errNoChange), the ordering
+// errors of [event.order], errNoChange when nothing is to be written, or
+// a lifecycle refusal (wrapping ErrIllegalTransition, recorded in r).
+func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dropped, error) {
+	if r.AgentID != ev.agentID {
+		// Nothing is written: another agent's events must not change, or
+		// contend for, the owner's record.
+		return &dropped{reason: DropForeignTask}, errNoChange
+	}
+	if ev.badID {
+		// Neither kept nor ordered: the id itself is over the bounds.
+		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+			Reason: fmt.Sprintf("refused: Nats-Msg-Id longer than %d bytes or not printable ASCII", MaxEventIDBytes), Refused: true})
+		return &dropped{reason: DropOutOfBounds, detail: "Nats-Msg-Id"}, nil
+	}
+	if err := ev.order(r, o); err != nil {
+		return nil, err
+	}
+	r.remember(ev.msgID)
+	switch {
+	case ev.decErr != nil:
+		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+			Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: ev.msgID})
+		return &dropped{reason: DropMalformed}, nil
+	case ev.bound != "":
+		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
+			Reason: "refused: " + ev.bound, Refused: true, MsgID: ev.msgID})
+		return &dropped{reason: DropOutOfBounds, detail: ev.bound}, nil
+	}
+	if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
+		// Any event of the task proves the agent has the brief.
+		r.Outbox = nil
+	}
+	err := t.applyItem(r, ev.item, ev.msgID, now)
+	if errors.Is(err, errNoChange) {
+		return nil, nil // still written: the event's id and sequence are now applied
+	}
+	return nil, err
+}
+
+func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte, o applyOpts) error {
+	ev, err := parseEvent(subject, msgID, data)
+	if err != nil {
+		return err
+	}
+	var drop *dropped
+	mutate := func(r *Record) (err error) {
+		drop, err = t.applyTo(r, ev, o, t.now())
 		return err
 	}
 	// overflow is what is written instead when the event would outgrow the
 	// record's budget: its place in the sequence, and a count.
 	overflow := func(r *Record) error {
-		if err := order(r); err != nil {
+		if err := ev.order(r, o); err != nil {
 			return err
 		}
 		r.EventsUnrecorded++
@@ -395,9 +422,9 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 	// (a duplicate stays one), except a gap, which may be an event another
 	// instance applied that this one's watcher has not shown yet: a gap is
 	// looked at again on a read of the store.
-	_, err = t.Store.update(withCachedReads(ctx), taskID, mutate, MaxAgentRecordBytes, overflow)
+	_, err = t.Store.update(withCachedReads(ctx), ev.taskID, mutate, MaxAgentRecordBytes, overflow)
 	if errors.Is(err, errGap) {
-		_, err = t.Store.update(ctx, taskID, mutate, MaxAgentRecordBytes, overflow)
+		_, err = t.Store.update(ctx, ev.taskID, mutate, MaxAgentRecordBytes, overflow)
 	}
 	switch {
 	case drop != nil && (err == nil || errors.Is(err, errNoChange)):

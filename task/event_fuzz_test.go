@@ -1,0 +1,87 @@
+package task
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/artifact"
+)
+
+// FuzzEvent feeds whole events — subject, Nats-Msg-Id header and body —
+// through what a2ad does before and while storing one: nothing panics, a
+// refused event leaves only a2ad's own words, and whatever an event leaves
+// in the record is within the documented bounds.
+func FuzzEvent(f *testing.F) {
+	long := strings.Repeat("x", MaxAgentIDBytes+1)
+	for _, s := range []struct {
+		subject, msgID, body string
+	}{
+		{"a2a.events.fraud-review.t1", "t1.1", working},
+		{"a2a.events.fraud-review.t1", "t1.2", good},
+		{"a2a.events.fraud-review.t1", "t1.3", completed},
+		{"a2a.events.fraud-review.t1", strings.Repeat("m", 60_000), working},
+		{"a2a.events.fraud-review.t1", "t1.1\r\nX: y", working},
+		{"a2a.events.mallory.t1", "t1.1", completed},
+		{"a2a.events.fraud-review.t1.x", "t1.1", working},
+		{"a2a.events..t1", "", working},
+		{"a2a.events.fraud-review.t1", "t1.1", `{"statusUpdate":{"taskId":"` + long + `","status":{"state":"TASK_STATE_WORKING"}}}`},
+		{"a2a.events.fraud-review.t1", "t1.1", `{"task":{"id":"a","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"` + strings.Repeat("é", 5000) + `"}]}}}}`},
+	} {
+		f.Add(s.subject, s.msgID, []byte(s.body), uint8(0))
+	}
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		f.Fatal(err)
+	}
+	schemas, err := artifact.NewCatalog(reg, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	tr := &Tracker{Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	states := []State{Submitted, Working, InputRequired, AuthRequired, Completed, Failed}
+	f.Fuzz(func(t *testing.T, subject, msgID string, body []byte, from uint8) {
+		ev, err := parseEvent(subject, msgID, body)
+		if err != nil {
+			if DropReason(err) != DropBadSubject {
+				t.Fatalf("parse error %v, want a bad_subject drop", err)
+			}
+			return
+		}
+		r := &Record{ID: "t1", AgentID: "fraud-review", State: states[int(from)%len(states)], OutputSchema: "risk_assessment"}
+		drop, err := tr.applyTo(r, ev, applyOpts{sequenced: true}, time.Now())
+		if ev.agentID != "fraud-review" && (drop == nil || drop.reason != DropForeignTask || len(r.History) != 0) {
+			t.Fatalf("foreign event: drop %v, history %v", drop, r.History)
+		}
+		if (ev.badID || ev.bound != "") && ev.agentID == "fraud-review" && (drop == nil || drop.reason != DropOutOfBounds) {
+			t.Fatalf("event over the bounds (%q, bad id %v): drop %v err %v", ev.bound, ev.badID, drop, err)
+		}
+		kept := []string{r.AgentTaskID, r.ContextID}
+		kept = append(kept, r.Applied...)
+		for _, h := range r.History {
+			kept = append(kept, h.MsgID)
+			if h.Refused && !utf8.ValidString(h.Reason) {
+				t.Fatalf("refusal reason is not a2ad's text: %q", h.Reason)
+			}
+		}
+		for _, a := range r.Pending {
+			kept = append(kept, a.ArtifactID, a.Name)
+		}
+		for _, k := range kept {
+			if len(k) > MaxEventIDBytes || len(k) > MaxAgentIDBytes {
+				t.Fatalf("kept %d bytes of an agent id", len(k))
+			}
+		}
+		if len(r.Question) > MaxAgentTextBytes+len("…") || len(r.StatusMessage) > MaxAgentTextBytes+len("…") {
+			t.Fatalf("kept %d and %d bytes of agent text", len(r.Question), len(r.StatusMessage))
+		}
+		if b, _ := json.Marshal(r); len(b) > MaxRecordBytes {
+			t.Fatalf("one event grew the record to %d bytes", len(b))
+		}
+	})
+}
