@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/hostile"
+	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The attacks of a hostile agent (docs/isolation.md), each made by a real
+// hostile agent program — a nats.go client holding nothing but its own
+// a2ad-minted credential (internal/hostile) — against the real a2ad binary
+// and its embedded NATS server, while a host of another tenant delegates
+// to the honest reference agent. Each test asserts what that host relies
+// on: its delegations complete. Their latencies are logged beside the idle
+// ones; the benchmark of the same (a2ad bench --flood) gives the numbers
+// in docs/benchmarks.md.
+
+// hostileConfig configures the honest agent for tenant default and the
+// hostile one, mallory, for tenant acme, both approved on first use; a
+// small store, so that the storage tests can fill it.
+const hostileConfig = `
+jetstream_max_store: 67108864
+storage:
+  reserve_bytes: 8388608
+audit:
+  max_bytes: 4194304
+agent_limits:
+  max_pending_bytes: 8388608
+agents:
+  - id: fraud-review
+    tenants: [default]
+    trust_on_first_use: true
+  - id: mallory
+    tenants: [acme]
+    trust_on_first_use: true
+    limits:
+      max_pending_bytes: 16777216
+`
+
+// rig is a2ad with the honest agent, the hostile one and a host of each
+// tenant.
+type rig struct {
+	t       *testing.T
+	d       *daemonProc
+	config  string
+	honest  *host // tenant default, to fraud-review
+	acme    *host // tenant acme, to mallory
+	mallory *hostile.Agent
+}
+
+func startRig(t *testing.T) *rig {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "a2ad.yaml")
+	if err := os.WriteFile(cfg, []byte(hostileConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, config: cfg}
+	r.d = startDaemon(t, nil, "--config", cfg, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
+	r.connect()
+	return r
+}
+
+// connect starts the agents and hosts on r.d (again, after a restart).
+func (r *rig) connect() {
+	t := r.t
+	agentOn(t, r.d.NATS, credential(t, r.d, "fraud-review"), nil)
+	m, err := hostile.Connect(r.d.NATS, "mallory", credential(t, r.d, "mallory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	if err := m.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Register(context.Background(), m.Card(nil), true)
+	if err != nil || res.Status != "approved" {
+		t.Fatalf("mallory's registration: %+v %v", res, err)
+	}
+	r.mallory = m
+	r.honest = connectHost(t, r.d)
+	r.acme = connectTenantHost(t, r.d, "acme")
+}
+
+// credential mints agent id's credential with the real binary, from the
+// data directory of d.
+func credential(t *testing.T, d *daemonProc, id string) string {
+	t.Helper()
+	out, err := exec.Command(bin, "agents", "credential", id, "--data-dir", d.DataDir, "--server", d.HTTP, "--ttl", "1h").Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("a2ad agents credential %s: %v %s", id, err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func connectTenantHost(t *testing.T, d *daemonProc, tenant string) *host {
+	t.Helper()
+	aud, err := os.ReadFile(filepath.Join(d.DataDir, "auth", "audience"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := mcpedge.MintDevToken(d.DataDir, strings.TrimSpace(string(aud)), tenant+"-host", tenant, mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: tenant + "-host", Version: "1"}, nil)
+	s, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.HTTP + "/mcp", HTTPClient: mcpedge.BearerClient(tok)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return &host{t: t, session: s}
+}
+
+// delegations runs n honest delegations one after the other (each
+// completes in one step: no question), asserts each completed, and
+// returns their latencies.
+func (r *rig) delegations(n int, label string) []time.Duration {
+	r.t.Helper()
+	var lat []time.Duration
+	for i := range n {
+		start := time.Now()
+		out, err := r.honest.delegateWhenAgentKnown(delegateArgs(fmt.Sprintf("C-%s-%d", label, i), 1999, "", 20))
+		took := time.Since(start)
+		if err != nil || out.ErrText != "" {
+			r.t.Fatalf("%s: honest delegation %d: %v %s", label, i, err, out.ErrText)
+		}
+		if out.State != "completed" {
+			out = r.honest.waitFinal(out.TaskID, 30*time.Second)
+		}
+		if out.State != "completed" {
+			r.t.Fatalf("%s: honest delegation %d ended %s (%s), want completed", label, i, out.State, out.Reason)
+		}
+		lat = append(lat, took)
+	}
+	return lat
+}
+
+// p returns the q-quantile of ds (0 < q ≤ 1).
+func p(ds []time.Duration, q float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*q))]
+}
+
+func (r *rig) logLatency(label string, idle, under []time.Duration) {
+	r.t.Logf("honest delegation latency, %s: idle p50 %v max %v; under attack p50 %v p90 %v max %v (%d delegations)", label,
+		p(idle, 0.5).Round(time.Microsecond), p(idle, 1).Round(time.Microsecond),
+		p(under, 0.5).Round(time.Microsecond), p(under, 0.9).Round(time.Microsecond), p(under, 1).Round(time.Microsecond), len(under))
+}
+
+// metric is the value of a2ad's Prometheus series name{labels…} (0 when
+// absent).
+func (r *rig) metric(name string, labels ...string) float64 {
+	r.t.Helper()
+	resp, err := http.Get(r.d.HTTP + "/metrics")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if ok {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// operator is a NATS connection as a2ad's own user (the password in the
+// data directory), as an operator's tools on the host connect.
+func (r *rig) operator() (*nats.Conn, jetstream.JetStream) {
+	r.t.Helper()
+	pw, err := os.ReadFile(filepath.Join(r.d.DataDir, "nats", "daemon-password"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	u, _ := url.Parse(r.d.NATS)
+	u.User = url.UserPassword("a2ad", strings.TrimSpace(string(pw)))
+	nc, err := nats.Connect(u.String())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	return nc, js
+}
+
+func (r *rig) streamMsgs(js jetstream.JetStream, name string) uint64 {
+	r.t.Helper()
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	until := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(until) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Measured before: four events for the agent's own task with 60 KB
+// Nats-Msg-Ids grew the record past the KV value limit; the event was
+// redelivered every second for ever, the events behind it filled the one
+// shared consumer's window, and every tenant's delegations stayed
+// submitted, also after a restart.
+func TestHostileHugeMessageIDs(t *testing.T) {
+	r := startRig(t)
+	idle := r.delegations(5, "idle")
+	out := r.acme.mustCall("delegate", map[string]any{"agent": "mallory", "skill": "assess_refund_risk", "objective": "Assess.",
+		"evidence": map[string]any{"case_id": "M-1"}, "output_schema": "risk_assessment", "wait_seconds": 0})
+	task, err := r.mallory.NextTask(context.Background())
+	if err != nil || task != out.TaskID {
+		t.Fatalf("mallory got task %q (%v), delegated %q", task, err, out.TaskID)
+	}
+	st := r.mallory.HugeIDs(context.Background(), task, 20, 60_000)
+	if st.Acked != 20 {
+		t.Fatalf("huge-id events: %s, want 20 stored", st.String())
+	}
+	under := r.delegations(10, "huge-ids")
+	r.logLatency("60 KB message ids", idle, under)
+	_, js := r.operator()
+	eventually(t, "mallory's events terminated", 20*time.Second, func() bool {
+		return r.streamMsgs(js, "A2AD_EVENTS_mallory") == 0
+	})
+	if n := r.metric("a2ad_events_terminated_total", `agent="mallory"`, `reason="out_of_bounds"`); n != 20 {
+		t.Errorf("a2ad_events_terminated_total{agent=mallory,reason=out_of_bounds} = %v, want 20", n)
+	}
+	rec := getRecord(t, r.d, task)
+	b, _ := json.Marshal(rec)
+	if len(b) > 32<<10 || rec.State != "submitted" {
+		t.Errorf("mallory's task: %s, %d bytes as the admin API shows it", rec.State, len(b))
+	}
+	// And after a restart of a2ad on the same data directory.
+	r.d.kill(t)
+	r.d = startDaemon(t, nil, "--config", r.config, "--data-dir", r.d.DataDir, "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
+	r.connect()
+	r.delegations(3, "after-restart")
+}
+
+// Measured before: about 1,000 tiny events a second for task ids that do
+// not exist kept the shared consumer's window full; honest delegations to
+// another agent went from 0.25 s to 5–20 s, one still submitted after 30 s.
+func TestHostileUnknownTaskFlood(t *testing.T) {
+	r := startRig(t)
+	idle := r.delegations(10, "idle")
+	done := make(chan hostile.Stats, 1)
+	const flood = 8 * time.Second
+	go func() { done <- r.mallory.FloodUnknown(context.Background(), flood, 1000) }()
+	var under []time.Duration
+	for until := time.Now().Add(flood - time.Second); time.Now().Before(until); {
+		under = append(under, r.delegations(1, fmt.Sprint("flood-", len(under)))...)
+	}
+	st := <-done
+	t.Logf("flood: %s", st.String())
+	r.logLatency("1,000 events/s for unknown tasks", idle, under)
+	if st.Acked < 1000 {
+		t.Fatalf("the flood stored only %d events: it did not happen", st.Acked)
+	}
+	_, js := r.operator()
+	eventually(t, "the flood terminated", 30*time.Second, func() bool { return r.streamMsgs(js, "A2AD_EVENTS_mallory") == 0 })
+	if n := r.metric("a2ad_events_terminated_total", `agent="mallory"`, `reason="unknown_task"`); n != float64(st.Acked) {
+		t.Errorf("a2ad_events_terminated_total{agent=mallory,reason=unknown_task} = %v, want %d", n, st.Acked)
+	}
+}
+
+// Measured before: the task id of a delegation with an idempotency key was
+// a public hash of (tenant, key); an agent computed it for a guessable key
+// and pre-published its event ids on its own subject, and JetStream's
+// stream-wide deduplication dropped the owner's real events.
+func TestHostilePrecomputedTaskIDs(t *testing.T) {
+	r := startRig(t)
+	key := "refund-C-77"
+	h := sha256.Sum256(fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len("default"), "default", len(key), key))
+	guessed := "tsk-" + hex.EncodeToString(h[:12])
+	if st := r.mallory.Prepublish(context.Background(), guessed, 20); st.Acked != 20 {
+		t.Fatalf("prepublish: %s", st.String())
+	}
+	out, err := r.honest.delegateWhenAgentKnown(delegateArgs("C-77", 1999, key, 20))
+	if err != nil || out.ErrText != "" {
+		t.Fatalf("delegate: %v %s", err, out.ErrText)
+	}
+	if out.TaskID == guessed {
+		t.Fatalf("the task id %s is the public hash of the idempotency key", out.TaskID)
+	}
+	if out.State != "completed" {
+		t.Fatalf("task %s: %s, want completed", out.TaskID, out.State)
+	}
+	// Even a task id that leaked: the agent publishes its next ids first,
+	// on its own subject, while the honest agent is still working.
+	agentOn(t, r.d.NATS, credential(t, r.d, "fraud-review"), map[string]string{"C-78": "slow"})
+	out, _ = r.honest.delegateWhenAgentKnown(delegateArgs("C-78", 1999, "", 0))
+	if st := r.mallory.Prepublish(context.Background(), out.TaskID, 20); st.Acked != 20 {
+		t.Fatalf("prepublish: %s", st.String())
+	}
+	if got := r.honest.waitFinal(out.TaskID, 30*time.Second); got.State != "completed" {
+		t.Fatalf("task %s with a leaked id: %s (%s), want completed", out.TaskID, got.State, got.Reason)
+	}
+}
+
+// Measured before: large events from one agent filled JetStream's store;
+// another tenant's delegate then failed with raw NATS text ("insufficient
+// resources") after 20 s of retries and a task was left working;
+// task_respond hung 61 s and failed with "too many concurrent updates";
+// deadlines went unenforced; /readyz stayed ready.
+func TestHostileStorage(t *testing.T) {
+	r := startRig(t)
+	// The agent fills its own share: its publishes are refused, not
+	// anyone else's.
+	st := r.mallory.FloodLarge(context.Background(), 4*time.Second, 256<<10)
+	t.Logf("large events: %s", st.String())
+	if st.Refused == 0 {
+		t.Fatalf("large events: %s; want refusals once its 16 MiB wait in its stream", st.String())
+	}
+	r.delegations(3, "agent-filled-its-share")
+
+	// Tasks in progress before the store fills up.
+	ask := r.honest.mustCall("delegate", delegateArgs("C-41", 125000, "", 20))
+	toCancel := r.honest.mustCall("delegate", delegateArgs("C-42", 125000, "", 20))
+	short := delegateArgs("C-43", 125000, "", 20)
+	short["budget"] = map[string]any{"deadline_seconds": 4}
+	deadline := r.honest.mustCall("delegate", short)
+	last := r.honest.mustCall("delegate", delegateArgs("C-44", 125000, "", 20))
+	for _, o := range []toolResult{ask, toCancel, deadline, last} {
+		if o.State != "input-required" {
+			t.Fatalf("task %s: %s, want input-required", o.TaskID, o.State)
+		}
+	}
+
+	// Something else fills the store until less than the reserve is left.
+	_, js := r.operator()
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILLER", Subjects: []string{"filler.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 512<<10)
+	fill := func(until func() bool) {
+		for i := 0; !until(); i++ {
+			if _, err := js.Publish(ctx, fmt.Sprintf("filler.%d", i), chunk); err != nil {
+				return // the store is full
+			}
+		}
+	}
+	fill(func() bool { return r.metric("a2ad_jetstream_store_room_bytes") < 4<<20 })
+	eventually(t, "delegations refused", 10*time.Second, func() bool { return r.metric("a2ad_delegations_accepted") == 0 })
+	if r.metric("a2ad_jetstream_stream_bytes", `stream="KV_a2ad_tasks"`) == 0 || r.metric("a2ad_jetstream_stream_max_bytes", `stream="A2AD_EVENTS_mallory"`) != 16<<20 {
+		t.Error("/metrics does not show the storage of the task bucket and of mallory's events stream")
+	}
+	ready := readyz(t, r.d)
+	if ready.code != 503 || ready.AcceptingDelegations || !strings.HasPrefix(ready.Storage, "low:") {
+		t.Errorf("/readyz %d %+v, want 503, not accepting delegations, storage low", ready.code, ready)
+	}
+	start := time.Now()
+	out, err := r.honest.call("delegate", delegateArgs("C-45", 1999, "", 20))
+	took := time.Since(start)
+	t.Logf("delegate with the store below its reserve: %v: %s", took, out.ErrText)
+	if err != nil || !strings.HasPrefix(out.ErrText, "unavailable: ") || strings.Contains(out.ErrText, "nats") || took > 3*time.Second {
+		t.Fatalf("delegate: %v %q after %v, want unavailable at once, in a2ad's words", err, out.ErrText, took)
+	}
+	// What is in progress goes on: an answer, a completion, a cancel, a deadline.
+	if got := r.honest.mustCall("task_respond", map[string]any{"task_id": ask.TaskID, "answer": "yes", "wait_seconds": 20}); got.State != "completed" {
+		t.Errorf("answered task: %s (%s), want completed", got.State, got.Reason)
+	}
+	if got := r.honest.mustCall("task_cancel", map[string]any{"task_id": toCancel.TaskID}); got.State != "canceled" {
+		t.Errorf("canceled task: %s, want canceled", got.State)
+	}
+	if got := r.honest.waitFinal(deadline.TaskID, 20*time.Second); got.State != "canceled" || got.Reason != "deadline_exceeded" {
+		t.Errorf("task past its deadline: %s (%s), want canceled deadline_exceeded", got.State, got.Reason)
+	}
+
+	// Then the store fills up entirely.
+	fill(func() bool { return false })
+	tasksBefore := countTasks(t, r.d)
+	start = time.Now()
+	out, err = r.honest.call("delegate", delegateArgs("C-46", 1999, "", 20))
+	t.Logf("delegate with the store full: %v: %s", time.Since(start), out.ErrText)
+	if err != nil || !strings.HasPrefix(out.ErrText, "unavailable: ") || time.Since(start) > 3*time.Second {
+		t.Fatalf("delegate: %v %q, want unavailable at once", err, out.ErrText)
+	}
+	start = time.Now()
+	got, err := r.honest.call("task_respond", map[string]any{"task_id": last.TaskID, "answer": "yes", "wait_seconds": 0})
+	t.Logf("task_respond with the store full: %v: %s %s", time.Since(start), got.State, got.ErrText)
+	if err != nil || time.Since(start) > 5*time.Second || (got.ErrText != "" && !strings.HasPrefix(got.ErrText, "unavailable: ")) {
+		t.Fatalf("task_respond: %v %+v after %v, want an answer or unavailable at once", err, got, time.Since(start))
+	}
+	if n := countTasks(t, r.d); n != tasksBefore {
+		t.Errorf("%d tasks, %d before: a refused delegation left a task", n, tasksBefore)
+	}
+
+	// Room again: delegations are accepted again.
+	if err := js.DeleteStream(ctx, "FILLER"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delegations accepted again", 10*time.Second, func() bool { return r.metric("a2ad_delegations_accepted") == 1 })
+	r.delegations(2, "room-again")
+	if ready := readyz(t, r.d); ready.code != 200 || !ready.AcceptingDelegations {
+		t.Errorf("/readyz %d %+v, want ready again", ready.code, ready)
+	}
+}
+
+type readiness struct {
+	code                 int
+	Storage              string `json:"storage"`
+	AcceptingDelegations bool   `json:"accepting_delegations"`
+}
+
+func readyz(t *testing.T, d *daemonProc) readiness {
+	t.Helper()
+	resp, err := http.Get(d.HTTP + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r readiness
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	r.code = resp.StatusCode
+	return r
+}
+
+var tasksLine = regexp.MustCompile(`"task_id"`)
+
+// countTasks is the number of tasks the admin API lists.
+func countTasks(t *testing.T, d *daemonProc) int {
+	t.Helper()
+	resp, err := mcpedge.BearerClient(d.token(t, mcpedge.ScopeAdmin)).Get(d.HTTP + "/v1/tasks?limit=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return len(tasksLine.FindAll(b, -1))
+}
