@@ -12,7 +12,8 @@
 // the stream has it. Should the queue overflow (JetStream unreachable for
 // long under load), records are dropped, counted and logged, never waited
 // for. The stream denies deletes and purges through the JetStream API;
-// records leave only by age (Config.MaxAge).
+// records leave only by age (Config.MaxAge) or, over Config.MaxBytes,
+// oldest first.
 package audit
 
 import (
@@ -143,8 +144,10 @@ type Config struct {
 	// MaxAge is how long records are kept (a Go duration; default 2160h,
 	// 90 days).
 	MaxAge Duration `yaml:"max_age"`
-	// MaxBytes caps the stream's size; the oldest records go first
-	// (default 0: no cap beyond JetStream's account limits).
+	// MaxBytes caps the stream's size in bytes; over it the oldest records
+	// go first (discard old). 0 means DefaultMaxBytes (1 GiB); -1 means no
+	// cap beyond the NATS account's limits. A cap is reserved in the
+	// JetStream store when the stream is created.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// QueueSize is how many records may wait for JetStream before new ones
 	// are dropped (default 65536).
@@ -164,8 +167,12 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// DefaultMaxAge is the retention of the audit stream when none is configured.
-const DefaultMaxAge = 90 * 24 * time.Hour
+// DefaultMaxAge and DefaultMaxBytes are the retention and the size cap of
+// the audit stream when none is configured: 90 days, 1 GiB.
+const (
+	DefaultMaxAge   = 90 * 24 * time.Hour
+	DefaultMaxBytes = 1 << 30
+)
 
 // Log appends records to the audit stream. Append is safe for concurrent
 // use; Close flushes.
@@ -193,16 +200,21 @@ type Log struct {
 }
 
 // EnsureStream creates or updates the audit stream: limits retention, file
-// storage, replicas max(1, replicas), deletes and purges denied, a 2-minute
-// duplicate window on Nats-Msg-Id.
+// storage, MaxAge and MaxBytes (defaults DefaultMaxAge and
+// DefaultMaxBytes), discard old, replicas max(1, replicas), deletes and
+// purges denied, a duplicate window on Nats-Msg-Id of 2 minutes (or
+// MaxAge, if shorter), direct gets.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int) (jetstream.Stream, error) {
 	age := time.Duration(cfg.MaxAge)
 	if age <= 0 {
 		age = DefaultMaxAge
 	}
 	maxBytes := cfg.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = -1
+	switch {
+	case maxBytes == 0:
+		maxBytes = DefaultMaxBytes
+	case maxBytes < -1:
+		return nil, fmt.Errorf("audit: max_bytes %d: want a size in bytes, 0 (the default, %d) or -1 (no cap)", maxBytes, DefaultMaxBytes)
 	}
 	var st jetstream.Stream
 	err := jsretry.Do(ctx, time.Minute, func() (err error) {
@@ -216,18 +228,26 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config, repli
 			MaxBytes:    maxBytes,
 			Storage:     jetstream.FileStorage,
 			Replicas:    max(1, replicas),
-			Duplicates:  2 * time.Minute,
+			Duplicates:  min(2*time.Minute, age), // JetStream wants it within max_age
 			DenyDelete:  true,
 			DenyPurge:   true,
 			AllowDirect: true,
 		})
 		return err
 	})
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStorageResourcesExceeded {
+		return nil, fmt.Errorf("audit: stream %s: max_bytes %d does not fit in the JetStream store (set audit.max_bytes lower, or -1 for no cap, or raise the store's limit): %w", Stream, maxBytes, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: stream %s: %w", Stream, err)
 	}
 	return st, nil
 }
+
+// jsErrStorageResourcesExceeded is JetStream's "insufficient storage
+// resources available" (nats-server JSStorageResourcesExceededErr).
+const jsErrStorageResourcesExceeded jetstream.ErrorCode = 10047
 
 // Open ensures the stream and starts the writer. instance names this a2ad
 // in every record.
