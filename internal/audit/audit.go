@@ -31,7 +31,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go"
@@ -199,61 +198,18 @@ type Log struct {
 	failing     atomic.Pointer[string]
 }
 
-// EnsureStream creates or updates the audit stream: limits retention, file
-// storage, MaxAge and MaxBytes (defaults DefaultMaxAge and
-// DefaultMaxBytes), discard old, replicas max(1, replicas), deletes and
-// purges denied, a duplicate window on Nats-Msg-Id of 2 minutes (or
-// MaxAge, if shorter), direct gets.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int) (jetstream.Stream, error) {
-	age := time.Duration(cfg.MaxAge)
-	if age <= 0 {
-		age = DefaultMaxAge
-	}
-	maxBytes := cfg.MaxBytes
-	switch {
-	case maxBytes == 0:
-		maxBytes = DefaultMaxBytes
-	case maxBytes < -1:
-		return nil, fmt.Errorf("audit: max_bytes %d: want a size in bytes, 0 (the default, %d) or -1 (no cap)", maxBytes, DefaultMaxBytes)
-	}
-	var st jetstream.Stream
-	err := jsretry.Do(ctx, time.Minute, func() (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        Stream,
-			Description: "a2ad audit trail: delegations, transitions, verdicts, agent approvals and refusals",
-			Subjects:    []string{SubjectPrefix + ".>"},
-			Retention:   jetstream.LimitsPolicy,
-			Discard:     jetstream.DiscardOld,
-			MaxAge:      age,
-			MaxBytes:    maxBytes,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(1, replicas),
-			Duplicates:  min(2*time.Minute, age), // JetStream wants it within max_age
-			DenyDelete:  true,
-			DenyPurge:   true,
-			AllowDirect: true,
-		})
-		return err
-	})
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStorageResourcesExceeded {
-		return nil, fmt.Errorf("audit: stream %s: max_bytes %d does not fit in the JetStream store (set audit.max_bytes lower, or -1 for no cap, or raise the store's limit): %w", Stream, maxBytes, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("audit: stream %s: %w", Stream, err)
-	}
-	return st, nil
-}
-
-// jsErrStorageResourcesExceeded is JetStream's "insufficient storage
-// resources available" (nats-server JSStorageResourcesExceededErr).
-const jsErrStorageResourcesExceeded jetstream.ErrorCode = 10047
-
-// Open ensures the stream and starts the writer. instance names this a2ad
-// in every record.
+// Open ensures the stream ([EnsureStream]) and starts the writer. A stream
+// that differs from cfg is used as it is, with one warning in log naming
+// the settings and the `nats stream edit` command that applies them.
+// instance names this a2ad in every record.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int, instance string, log *slog.Logger) (*Log, error) {
-	if _, err := EnsureStream(ctx, js, cfg, replicas); err != nil {
+	_, drift, err := EnsureStream(ctx, js, cfg, replicas)
+	if err != nil {
 		return nil, err
+	}
+	if len(drift) > 0 {
+		log.Warn("the audit stream's settings differ from the configuration: a2ad runs with the stream as it is, since its NATS user may not update it; an account administrator applies the configured settings with the command given",
+			"stream", Stream, "settings", drift.String(), "command", drift.EditCommand())
 	}
 	size := cfg.QueueSize
 	if size <= 0 {
@@ -425,7 +381,7 @@ func (l *Log) failed(err error, waiting int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, serr := l.js.Stream(ctx, Stream); errors.Is(serr, jetstream.ErrStreamNotFound) {
-			if _, cerr := EnsureStream(ctx, l.js, l.cfg, l.replicas); cerr == nil {
+			if _, _, cerr := EnsureStream(ctx, l.js, l.cfg, l.replicas); cerr == nil {
 				l.log.Error("the audit stream was gone (deleted?); created it again: records before this are lost unless a backup has them", "stream", Stream)
 			}
 		}
