@@ -26,11 +26,12 @@ type Options struct {
 	MaxMemory int64
 	MaxStore  int64
 	// DaemonPassword, when set, turns authorization on: user "a2ad" with
-	// this password may do anything (the daemon's own connection and
-	// operators' tools on the host). Every other client is an agent and
-	// must present an agent credential, checked by VerifyAgent, as its
-	// CONNECT token; it gets AgentPermissions for the credential's agent id
-	// until the credential expires. Clients without one are refused.
+	// this password (the daemon's own connection and operators' tools on
+	// the host) may do anything but erase or reconfigure the audit stream
+	// ([DaemonPermissions]). Every other client is an agent and must
+	// present an agent credential, checked by VerifyAgent, as its CONNECT
+	// token; it gets AgentPermissions for the credential's agent id until
+	// the credential expires. Clients without one are refused.
 	DaemonPassword string
 	// VerifyAgent checks agent credentials (nil: every agent is refused).
 	VerifyAgent VerifyAgentFunc
@@ -65,18 +66,25 @@ func AgentPermissions(agentID string) *server.Permissions {
 const AuditStream = "A2AD_AUDIT"
 
 // DaemonPermissions are those of a2ad's own user: everything, except
-// deleting the audit stream, purging it or deleting a record of it through
-// the JetStream API (the stream's deny_delete and deny_purge refuse the
-// last two as well; no configuration refuses a stream delete).
+// changing the audit stream's configuration, deleting it, purging it or
+// deleting a record of it through the JetStream API ([AuditDenied]).
 func DaemonPermissions() *server.Permissions {
 	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: AuditDenied()}}
 }
 
-// AuditDenied are the JetStream API subjects that would erase audit
-// records: deny them to every user, a2ad's included
-// (deploy/nats-cluster/accounts.conf does the same).
+// AuditDenied are the JetStream API subjects with which a user could
+// erase audit records, at once or later: an update of the stream's
+// configuration (a max_age of one second expires the whole trail;
+// allow_rollup_hdrs would let one publish purge it), a delete of the
+// stream, a purge, a delete of one record. The stream's deny_delete and
+// deny_purge refuse the last two as well, but no stream setting refuses an
+// update or a delete of the stream itself, so a2ad's own user is denied
+// all four, here and in deploy/nats-cluster/accounts.conf. Creating the
+// stream stays allowed: JetStream refuses a create of an existing stream
+// with another configuration, so a create cannot change it.
 func AuditDenied() []string {
-	return []string{"$JS.API.STREAM.DELETE." + AuditStream, "$JS.API.STREAM.PURGE." + AuditStream, "$JS.API.STREAM.MSG.DELETE." + AuditStream}
+	return []string{"$JS.API.STREAM.UPDATE." + AuditStream, "$JS.API.STREAM.DELETE." + AuditStream,
+		"$JS.API.STREAM.PURGE." + AuditStream, "$JS.API.STREAM.MSG.DELETE." + AuditStream}
 }
 
 // AgentInboxPrefix is the inbox prefix an agent's connection must use
