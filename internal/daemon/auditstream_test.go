@@ -49,6 +49,47 @@ func auditStreamInfo(t *testing.T, nc *nats.Conn) *jetstream.StreamInfo {
 	return info
 }
 
+// On the embedded server a2ad's configuration is the audit stream's, though
+// a2ad's own user may not update it: a changed audit.max_age or max_bytes
+// between two starts of one data dir is applied at the second start (by the
+// one-shot audit admin), records kept, and nothing is warned.
+func TestEmbeddedAuditStreamFollowsTheConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	start := func(cfg audit.Config) (*daemon.Daemon, *lockedBuffer) {
+		t.Helper()
+		var logged lockedBuffer
+		d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1", Audit: cfg},
+			slog.New(slog.NewTextHandler(&logged, nil)), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, &logged
+	}
+	d, _ := start(audit.Config{})
+	info := auditStreamInfo(t, operatorConn(t, d))
+	if info.Config.MaxAge != audit.DefaultMaxAge || info.Config.MaxBytes != audit.DefaultMaxBytes {
+		t.Errorf("first start: max_age %s, max_bytes %d; want the defaults %s, %d", info.Config.MaxAge, info.Config.MaxBytes, audit.DefaultMaxAge, audit.DefaultMaxBytes)
+	}
+	d.Audit.Append(audit.Record{Kind: audit.KindAgentApproved, AgentID: "fraud-review", Actor: audit.Actor{Type: audit.ActorOperator, Subject: "ops"}})
+	waitFor(t, "the record to be stored", func() bool { return d.Audit.Written() == 1 })
+	d.Stop()
+
+	d, logged := start(audit.Config{MaxAge: audit.Duration(720 * time.Hour), MaxBytes: 64 << 20})
+	defer d.Stop()
+	info = auditStreamInfo(t, operatorConn(t, d))
+	if info.Config.MaxAge != 720*time.Hour || info.Config.MaxBytes != 64<<20 || !info.Config.DenyDelete || !info.Config.DenyPurge {
+		t.Errorf("second start: max_age %s, max_bytes %d, deny delete %v, purge %v; want 720h, %d, true, true",
+			info.Config.MaxAge, info.Config.MaxBytes, info.Config.DenyDelete, info.Config.DenyPurge, 64<<20)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("%d records after the restart, want the 1 written before", info.State.Msgs)
+	}
+	log := logged.String()
+	if !strings.Contains(log, `settings="max_age=2160h (configured 720h), max_bytes=1073741824 (configured 67108864)"`) || strings.Contains(log, "level=WARN") {
+		t.Errorf("log of the second start:\n%s", log)
+	}
+}
+
 // On an external NATS set up with deploy/nats-cluster/accounts.conf a2ad
 // may not change the audit stream: with another audit.max_age at its next
 // start it runs with the stream as it is and warns once, saying what
