@@ -12,7 +12,8 @@
 // the stream has it. Should the queue overflow (JetStream unreachable for
 // long under load), records are dropped, counted and logged, never waited
 // for. The stream denies deletes and purges through the JetStream API;
-// records leave only by age (Config.MaxAge).
+// records leave only by age (Config.MaxAge) or, over Config.MaxBytes,
+// oldest first.
 package audit
 
 import (
@@ -30,7 +31,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go"
@@ -143,8 +143,10 @@ type Config struct {
 	// MaxAge is how long records are kept (a Go duration; default 2160h,
 	// 90 days).
 	MaxAge Duration `yaml:"max_age"`
-	// MaxBytes caps the stream's size; the oldest records go first
-	// (default 0: no cap beyond JetStream's account limits).
+	// MaxBytes caps the stream's size in bytes; over it the oldest records
+	// go first (discard old). 0 means DefaultMaxBytes (1 GiB); -1 means no
+	// cap beyond the NATS account's limits. A cap is reserved in the
+	// JetStream store when the stream is created.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// QueueSize is how many records may wait for JetStream before new ones
 	// are dropped (default 65536).
@@ -164,8 +166,12 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// DefaultMaxAge is the retention of the audit stream when none is configured.
-const DefaultMaxAge = 90 * 24 * time.Hour
+// DefaultMaxAge and DefaultMaxBytes are the retention and the size cap of
+// the audit stream when none is configured: 90 days, 1 GiB.
+const (
+	DefaultMaxAge   = 90 * 24 * time.Hour
+	DefaultMaxBytes = 1 << 30
+)
 
 // Log appends records to the audit stream. Append is safe for concurrent
 // use; Close flushes.
@@ -192,48 +198,18 @@ type Log struct {
 	failing     atomic.Pointer[string]
 }
 
-// EnsureStream creates or updates the audit stream: limits retention, file
-// storage, replicas max(1, replicas), deletes and purges denied, a 2-minute
-// duplicate window on Nats-Msg-Id.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int) (jetstream.Stream, error) {
-	age := time.Duration(cfg.MaxAge)
-	if age <= 0 {
-		age = DefaultMaxAge
-	}
-	maxBytes := cfg.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = -1
-	}
-	var st jetstream.Stream
-	err := jsretry.Do(ctx, time.Minute, func() (err error) {
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        Stream,
-			Description: "a2ad audit trail: delegations, transitions, verdicts, agent approvals and refusals",
-			Subjects:    []string{SubjectPrefix + ".>"},
-			Retention:   jetstream.LimitsPolicy,
-			Discard:     jetstream.DiscardOld,
-			MaxAge:      age,
-			MaxBytes:    maxBytes,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(1, replicas),
-			Duplicates:  2 * time.Minute,
-			DenyDelete:  true,
-			DenyPurge:   true,
-			AllowDirect: true,
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: stream %s: %w", Stream, err)
-	}
-	return st, nil
-}
-
-// Open ensures the stream and starts the writer. instance names this a2ad
-// in every record.
+// Open ensures the stream ([EnsureStream]) and starts the writer. A stream
+// that differs from cfg is used as it is, with one warning in log naming
+// the settings and the `nats stream edit` command that applies them.
+// instance names this a2ad in every record.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int, instance string, log *slog.Logger) (*Log, error) {
-	if _, err := EnsureStream(ctx, js, cfg, replicas); err != nil {
+	_, drift, err := EnsureStream(ctx, js, cfg, replicas)
+	if err != nil {
 		return nil, err
+	}
+	if len(drift) > 0 {
+		log.Warn("the audit stream's settings differ from the configuration: a2ad runs with the stream as it is, since its NATS user may not update it; an account administrator applies the configured settings with the command given",
+			"stream", Stream, "settings", drift.String(), "command", drift.EditCommand())
 	}
 	size := cfg.QueueSize
 	if size <= 0 {
@@ -405,7 +381,7 @@ func (l *Log) failed(err error, waiting int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, serr := l.js.Stream(ctx, Stream); errors.Is(serr, jetstream.ErrStreamNotFound) {
-			if _, cerr := EnsureStream(ctx, l.js, l.cfg, l.replicas); cerr == nil {
+			if _, _, cerr := EnsureStream(ctx, l.js, l.cfg, l.replicas); cerr == nil {
 				l.log.Error("the audit stream was gone (deleted?); created it again: records before this are lost unless a backup has them", "stream", Stream)
 			}
 		}

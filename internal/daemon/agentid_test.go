@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -423,10 +424,12 @@ func operatorConn(t *testing.T, d *daemon.Daemon) *nats.Conn {
 	return nc
 }
 
-// deploy/nats-cluster/accounts.conf gives an external NATS the same
-// per-agent permissions: a2ad and the reference agent work through it, and
-// the agent's NATS user cannot touch another agent's subjects or JetStream.
-func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
+// startAccountsConf runs a NATS server (in this process) with
+// deploy/nats-cluster/accounts.conf as shipped, the passwords from the
+// environment as nats-server reads them: a2ad-secret for user a2ad,
+// fraud-review-secret for the agent. It returns the server's host:port.
+func startAccountsConf(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	accounts, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "accounts.conf"))
 	if err != nil {
@@ -452,7 +455,14 @@ func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	hostPort := strings.TrimPrefix(ns.ClientURL(), "nats://")
+	return strings.TrimPrefix(ns.ClientURL(), "nats://")
+}
+
+// deploy/nats-cluster/accounts.conf gives an external NATS the same
+// per-agent permissions: a2ad and the reference agent work through it, and
+// the agent's NATS user cannot touch another agent's subjects or JetStream.
+func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
+	hostPort := startAccountsConf(t)
 	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(),
 		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
@@ -503,40 +513,92 @@ func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
 	}
 }
 
-// a2ad's own NATS user may do anything but erase the audit trail: on the
-// embedded server (and with deploy/nats-cluster/accounts.conf) deleting or
-// purging A2AD_AUDIT, or a record of it, is a permissions violation.
+// a2ad's own NATS user may do anything but erase the audit trail or
+// change how long it is kept: on the embedded server and with
+// deploy/nats-cluster/accounts.conf, updating A2AD_AUDIT (a max_age of a
+// second would erase it at once), deleting or purging it, or deleting a
+// record of it is a permissions violation, and the stream's configuration
+// and records are the same afterwards.
 func TestNoOneErasesTheAuditTrail(t *testing.T) {
-	d := startEmbedded(t)
-	pw, err := os.ReadFile(daemon.DaemonPasswordPath(d.Config.DataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errs asyncErrs
-	op, err := nats.Connect(d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))), nats.ErrorHandler(errs.handler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op.Close()
-	js, _ := jetstream.New(op)
-	try := func(what, subject string, f func(context.Context) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := f(ctx); err == nil {
-			t.Errorf("a2ad's user could %s", what)
-		}
-		errs.violation(t, "publish", subject)
-	}
-	try("delete the audit stream", "$JS.API.STREAM.DELETE.A2AD_AUDIT", func(ctx context.Context) error { return js.DeleteStream(ctx, "A2AD_AUDIT") })
-	st, err := js.Stream(context.Background(), "A2AD_AUDIT")
-	if err != nil {
-		t.Fatalf("the audit stream: %v", err)
-	}
-	try("purge the audit stream", "$JS.API.STREAM.PURGE.A2AD_AUDIT", func(ctx context.Context) error { return st.Purge(ctx) })
-	try("delete an audit record", "$JS.API.STREAM.MSG.DELETE.A2AD_AUDIT", func(ctx context.Context) error { return st.DeleteMsg(ctx, 1) })
-	// Its other streams stay its own to manage.
-	if _, err := js.Stream(context.Background(), "KV_a2ad_tasks"); err != nil {
-		t.Errorf("a2ad's user lost its task bucket: %v", err)
+	for _, setup := range []struct {
+		name  string
+		start func(t *testing.T) (d *daemon.Daemon, url string, user nats.Option)
+	}{
+		{"embedded", func(t *testing.T) (*daemon.Daemon, string, nats.Option) {
+			d := startEmbedded(t)
+			pw, err := os.ReadFile(daemon.DaemonPasswordPath(d.Config.DataDir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d, d.NATSURL, nats.UserInfo("a2ad", strings.TrimSpace(string(pw)))
+		}},
+		{"accounts.conf", func(t *testing.T) (*daemon.Daemon, string, nats.Option) {
+			hostPort := startAccountsConf(t)
+			d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir()},
+				slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Stop)
+			return d, "nats://" + hostPort, nats.UserInfo("a2ad", "a2ad-secret")
+		}},
+	} {
+		t.Run(setup.name, func(t *testing.T) {
+			d, url, user := setup.start(t)
+			d.Audit.Append(audit.Record{Kind: audit.KindAgentApproved, AgentID: "fraud-review", Actor: audit.Actor{Type: audit.ActorOperator, Subject: "ops"}})
+			waitFor(t, "the record to be stored", func() bool { return d.Audit.Written() == 1 })
+			var errs asyncErrs
+			op, err := nats.Connect(url, user, nats.ErrorHandler(errs.handler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			js, _ := jetstream.New(op)
+			st, err := js.Stream(context.Background(), audit.Stream)
+			if err != nil {
+				t.Fatalf("the audit stream: %v", err)
+			}
+			before, err := st.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			try := func(what, subject string, f func(context.Context) error) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := f(ctx); err == nil {
+					t.Errorf("a2ad's user could %s", what)
+				}
+				errs.violation(t, "publish", subject)
+			}
+			short := before.Config
+			short.MaxAge, short.Duplicates = time.Second, time.Second
+			try("shorten the audit stream's max_age", "$JS.API.STREAM.UPDATE.A2AD_AUDIT", func(ctx context.Context) error {
+				_, err := js.UpdateStream(ctx, short)
+				return err
+			})
+			try("delete the audit stream", "$JS.API.STREAM.DELETE.A2AD_AUDIT", func(ctx context.Context) error { return js.DeleteStream(ctx, audit.Stream) })
+			try("purge the audit stream", "$JS.API.STREAM.PURGE.A2AD_AUDIT", func(ctx context.Context) error { return st.Purge(ctx) })
+			try("delete an audit record", "$JS.API.STREAM.MSG.DELETE.A2AD_AUDIT", func(ctx context.Context) error {
+				return st.DeleteMsg(ctx, before.State.FirstSeq)
+			})
+			after, err := st.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(after.Config, before.Config) {
+				t.Errorf("the audit stream's configuration changed:\n got %+v\nwant %+v", after.Config, before.Config)
+			}
+			if after.State.FirstSeq != before.State.FirstSeq || after.State.Msgs != before.State.Msgs || after.State.Msgs == 0 {
+				t.Errorf("records: first %d, %d of them; before: first %d, %d", after.State.FirstSeq, after.State.Msgs, before.State.FirstSeq, before.State.Msgs)
+			}
+			if _, err := st.GetMsg(context.Background(), before.State.FirstSeq); err != nil {
+				t.Errorf("the first record: %v", err)
+			}
+			// Its other streams stay its own to manage.
+			if _, err := js.Stream(context.Background(), "KV_a2ad_tasks"); err != nil {
+				t.Errorf("a2ad's user lost its task bucket: %v", err)
+			}
+		})
 	}
 }

@@ -100,6 +100,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			d.Stop()
 		}
 	}()
+	var auditAdmin *embedded.AuditAdmin
 	if cfg.NATSURL == "" {
 		storeDir := filepath.Join(cfg.DataDir, "jetstream")
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
@@ -113,9 +114,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		if perr != nil {
 			return nil, perr
 		}
+		auditAdmin = embedded.NewAuditAdmin()
+		defer auditAdmin.Revoke() // used once below, at most; never after Start
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
-			VerifyAgent: d.verifyAgent,
+			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
 				refusals.refused(remote, err)
@@ -149,6 +152,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.Metrics.WatchNATS(d.nc)
 	if d.tracer, err = tracing.New(cfg.Tracing, mcpedge.Implementation.Version); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if d.ns != nil {
+		if err := applyAuditStream(ctx, d.ns, auditAdmin, cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	if d.Audit, err = audit.Open(ctx, js, cfg.Audit, cfg.Replicas, instanceName(), log); err != nil {
 		return nil, err
@@ -430,6 +438,32 @@ func (l *refusalLog) refused(remote string, err error) {
 	l.last[reason], l.held[reason] = now, 0
 	l.mu.Unlock()
 	l.log.Warn("NATS connection refused", "remote", remote, "reason", err, "similar_refusals_not_logged", held)
+}
+
+// applyAuditStream gives the audit stream its configured settings on the
+// embedded server, where a2ad's own user may not update it
+// (embedded.AuditDenied) and no account administrator exists who could:
+// through one in-process connection as embedded.AuditAdminUser, closed,
+// and its credential revoked, before it returns.
+func applyAuditStream(ctx context.Context, ns *server.Server, admin *embedded.AuditAdmin, cfg Config, log *slog.Logger) error {
+	defer admin.Revoke()
+	nc, err := admin.Connect(ns)
+	if err != nil {
+		return fmt.Errorf("audit: stream %s: %w", audit.Stream, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	applied, err := audit.ApplyStream(ctx, js, cfg.Audit, cfg.Replicas)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		log.Info("applied the configured settings to the audit stream", "stream", audit.Stream, "settings", applied.String())
+	}
+	return nil
 }
 
 // DaemonPasswordPath is where the password of the embedded NATS server's

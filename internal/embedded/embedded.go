@@ -3,14 +3,17 @@
 package embedded
 
 import (
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Options configure the embedded server. Zero limits get the defaults below;
@@ -26,12 +29,17 @@ type Options struct {
 	MaxMemory int64
 	MaxStore  int64
 	// DaemonPassword, when set, turns authorization on: user "a2ad" with
-	// this password may do anything (the daemon's own connection and
-	// operators' tools on the host). Every other client is an agent and
-	// must present an agent credential, checked by VerifyAgent, as its
-	// CONNECT token; it gets AgentPermissions for the credential's agent id
-	// until the credential expires. Clients without one are refused.
+	// this password (the daemon's own connection and operators' tools on
+	// the host) may do anything but erase or reconfigure the audit stream
+	// ([DaemonPermissions]). Every other client (but AuditAdmin's)
+	// is an agent and must present an agent credential, checked by
+	// VerifyAgent, as its CONNECT token; it gets AgentPermissions for the
+	// credential's agent id until the credential expires. Clients without
+	// one are refused.
 	DaemonPassword string
+	// AuditAdmin, when set with DaemonPassword, lets AuditAdminUser in
+	// too, on in-process connections only, until it is revoked.
+	AuditAdmin *AuditAdmin
 	// VerifyAgent checks agent credentials (nil: every agent is refused).
 	VerifyAgent VerifyAgentFunc
 	// AuthRefused, if set, is told of each refused connection (remote
@@ -65,18 +73,102 @@ func AgentPermissions(agentID string) *server.Permissions {
 const AuditStream = "A2AD_AUDIT"
 
 // DaemonPermissions are those of a2ad's own user: everything, except
-// deleting the audit stream, purging it or deleting a record of it through
-// the JetStream API (the stream's deny_delete and deny_purge refuse the
-// last two as well; no configuration refuses a stream delete).
+// changing the audit stream's configuration, deleting it, purging it or
+// deleting a record of it through the JetStream API ([AuditDenied]).
 func DaemonPermissions() *server.Permissions {
 	return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: AuditDenied()}}
 }
 
-// AuditDenied are the JetStream API subjects that would erase audit
-// records: deny them to every user, a2ad's included
-// (deploy/nats-cluster/accounts.conf does the same).
+// AuditDenied are the JetStream API subjects with which a user could
+// erase audit records, at once or later: an update of the stream's
+// configuration (a max_age of one second expires the whole trail;
+// allow_rollup_hdrs would let one publish purge it), a delete of the
+// stream, a purge, a delete of one record. The stream's deny_delete and
+// deny_purge refuse the last two as well, but no stream setting refuses an
+// update or a delete of the stream itself, so a2ad's own user is denied
+// all four, here and in deploy/nats-cluster/accounts.conf. Creating the
+// stream stays allowed: JetStream refuses a create of an existing stream
+// with another configuration, so a create cannot change it.
 func AuditDenied() []string {
-	return []string{"$JS.API.STREAM.DELETE." + AuditStream, "$JS.API.STREAM.PURGE." + AuditStream, "$JS.API.STREAM.MSG.DELETE." + AuditStream}
+	return []string{"$JS.API.STREAM.UPDATE." + AuditStream, "$JS.API.STREAM.DELETE." + AuditStream,
+		"$JS.API.STREAM.PURGE." + AuditStream, "$JS.API.STREAM.MSG.DELETE." + AuditStream}
+}
+
+// AuditAdminUser is the embedded server's user through which a2ad gives
+// the audit stream its configured settings at start. It exists because
+// DaemonUser may not update that stream ([AuditDenied]) and the embedded
+// server has no other administrator who could, while a2ad's configuration
+// (audit.max_age, audit.max_bytes) should take effect there. It may only
+// read, create and update A2AD_AUDIT (no delete, no purge) and receive the
+// answers on its inbox ([AuditAdminInboxPrefix]); its credential is an
+// [AuditAdmin].
+const AuditAdminUser = "a2ad-audit-admin"
+
+// AuditAdminInboxPrefix is the inbox prefix of [AuditAdminUser]'s
+// connection.
+const AuditAdminInboxPrefix = "_A2AD_AUDIT_ADMIN_INBOX"
+
+// AuditAdminPermissions are those of [AuditAdminUser].
+func AuditAdminPermissions() *server.Permissions {
+	api := "$JS.API.STREAM."
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{api + "INFO." + AuditStream, api + "CREATE." + AuditStream, api + "UPDATE." + AuditStream}},
+		Subscribe: &server.SubjectPermission{Allow: []string{AuditAdminInboxPrefix + ".>"}},
+	}
+}
+
+// AuditAdmin is the credential of [AuditAdminUser] for one process: a
+// random password made by [NewAuditAdmin] at each start, held in this
+// process's memory only — never written to disk, never logged, no
+// accessor — and accepted by the server only on in-process connections
+// and only until [AuditAdmin.Revoke]. a2ad opens one connection with it,
+// applies the audit stream's settings, closes it and revokes it.
+type AuditAdmin struct {
+	mu       sync.Mutex
+	password string // "" once revoked
+}
+
+// NewAuditAdmin returns a credential with a fresh random password (128
+// bits, crypto/rand).
+func NewAuditAdmin() *AuditAdmin { return &AuditAdmin{password: rand.Text()} }
+
+// ErrAuditAdminRevoked is Connect's error after Revoke.
+var ErrAuditAdminRevoked = errors.New("embedded: the audit admin credential is revoked")
+
+// Connect opens an in-process connection to s as [AuditAdminUser], with
+// inbox prefix [AuditAdminInboxPrefix]; the caller closes it.
+func (a *AuditAdmin) Connect(s *server.Server, opts ...nats.Option) (*nats.Conn, error) {
+	a.mu.Lock()
+	pw := a.password
+	a.mu.Unlock()
+	if pw == "" {
+		return nil, ErrAuditAdminRevoked
+	}
+	opts = append(opts, nats.InProcessServer(s), nats.Name(AuditAdminUser), nats.UserInfo(AuditAdminUser, pw),
+		nats.CustomInboxPrefix(AuditAdminInboxPrefix), nats.MaxReconnects(0))
+	return nats.Connect("", opts...)
+}
+
+// Revoke forgets the password: the server refuses [AuditAdminUser] from
+// then on. A connection already open stays open; close it first.
+func (a *AuditAdmin) Revoke() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.password = ""
+	a.mu.Unlock()
+}
+
+// accepts reports whether pw is the credential's password, not revoked.
+func (a *AuditAdmin) accepts(pw string) bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	want := a.password
+	a.mu.Unlock()
+	return want != "" && subtle.ConstantTimeCompare([]byte(pw), []byte(want)) == 1
 }
 
 // AgentInboxPrefix is the inbox prefix an agent's connection must use
@@ -84,9 +176,11 @@ func AuditDenied() []string {
 func AgentInboxPrefix(agentID string) string { return "_INBOX_" + agentID }
 
 // auth is the embedded server's client authentication: the daemon's user
-// and password, or an agent credential as the CONNECT token.
+// and password, the audit admin on an in-process connection, or an agent
+// credential as the CONNECT token.
 type auth struct {
 	password string
+	admin    *AuditAdmin
 	verify   VerifyAgentFunc
 	refused  func(remote string, err error)
 }
@@ -103,6 +197,16 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 			return false
 		}
 		c.RegisterUser(&server.User{Username: DaemonUser, Permissions: DaemonPermissions()})
+		return true
+	}
+	if o.Username == AuditAdminUser {
+		// In-process connections are net.Pipe ends: no network client can
+		// be the audit admin, whatever it knows.
+		if addr := c.RemoteAddress(); addr == nil || addr.Network() != "pipe" || !a.admin.accepts(o.Password) {
+			a.fail(c, errors.New("user "+AuditAdminUser+" is a2ad's own, in-process and at start only"))
+			return false
+		}
+		c.RegisterUser(&server.User{Username: AuditAdminUser, Permissions: AuditAdminPermissions()})
 		return true
 	}
 	token := o.Token
@@ -185,7 +289,7 @@ func Start(o Options) (*server.Server, error) {
 		MaxPayload:         1 << 20,
 	}
 	if o.DaemonPassword != "" {
-		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, verify: o.VerifyAgent, refused: o.AuthRefused}
+		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, refused: o.AuthRefused}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -13,9 +13,12 @@ import (
 )
 
 // Start returns a running server, a connection to it and its JetStream.
+// Its store limit, 4 GiB as the embedded server's default, is a limit and
+// not an allocation: it leaves room for the byte caps streams reserve (the
+// audit stream's 1 GiB).
 func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxMemory: 64 << 20, MaxStore: 256 << 20})
+	s, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxMemory: 64 << 20, MaxStore: embedded.DefaultMaxStore})
 	if err != nil {
 		t.Fatal(err)
 	}
