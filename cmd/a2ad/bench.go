@@ -27,11 +27,13 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/hostile"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
@@ -48,6 +50,9 @@ type benchOptions struct {
 	OpenTasks   int
 	JSON        bool
 	CPUProfile  string
+	Flood       bool
+	// FloodProfile receives a CPU profile of the flooded measurement.
+	FloodProfile string
 }
 
 // Sizes and shapes of the bench's workloads.
@@ -121,6 +126,8 @@ func newBench() *cobra.Command {
 	f.IntVar(&o.OpenTasks, "open-tasks", 100_000, "open task records to create and load for the memory figures")
 	f.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first delegation measurement to `FILE`")
+	f.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "write a CPU profile of the delegations measured while the hostile agent floods to `FILE`")
+	f.BoolVar(&o.Flood, "flood", true, "also measure delegations at concurrency 1 while a hostile agent floods a2ad with events for tasks that do not exist, as fast as its limits allow")
 	return cmd
 }
 
@@ -159,6 +166,10 @@ type benchReport struct {
 	DelegationThreeEvents []benchFigures `json:"delegation_three_events"`
 	Ratios                []benchRatios  `json:"ratios"`
 
+	// Isolation is the honest delegation at concurrency 1, idle and while
+	// a hostile agent floods (--flood).
+	Isolation *benchIsolation `json:"isolation,omitempty"`
+
 	OpenTasks   benchOpenTasks `json:"open_tasks"`
 	Validations []benchRate    `json:"artifact_validations"`
 	Targets     []benchTarget  `json:"targets"`
@@ -189,6 +200,24 @@ type benchRatios struct {
 	P50OverTrivial  float64 `json:"p50_over_trivial"`
 	P99OverTrivial  float64 `json:"p99_over_trivial"`
 	RateOverTrivial float64 `json:"throughput_over_trivial"`
+}
+
+// benchIsolation is one host delegating to the reference agent (one
+// event), first with every other agent quiet, then while a hostile agent —
+// configured with the default agent_limits, connected with nothing but its
+// own credential — publishes events for tasks that do not exist as fast as
+// its limits allow (hostile.Agent.FloodUnknown: JetStream publishes,
+// 256 awaiting acknowledgement).
+type benchIsolation struct {
+	Idle    benchFigures `json:"idle"`
+	Flooded benchFigures `json:"flooded"`
+	// FloodStoredPerSecond are the hostile events JetStream stored (a2ad
+	// applies, that is terminates, them at the agent's events_per_second);
+	// FloodRefusedPerSecond those it refused (the agent's stream full).
+	FloodStoredPerSecond  float64 `json:"flood_stored_per_second"`
+	FloodRefusedPerSecond float64 `json:"flood_refused_per_second"`
+	P50Ratio              float64 `json:"p50_flooded_over_idle"`
+	P99Ratio              float64 `json:"p99_flooded_over_idle"`
 }
 
 // benchOpenTasks is the cost of holding open tasks: creating the records
@@ -286,7 +315,67 @@ func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup t
 		rep.NATS, rep.Trivial = append(rep.NATS, f.raw), append(rep.Trivial, f.trivial)
 		rep.Delegation, rep.DelegationThreeEvents = append(rep.Delegation, f.del), append(rep.DelegationThreeEvents, f.del3)
 	}
+	if o.Flood {
+		if rep.Isolation, err = env.isolation(ctx, warmup, o.Duration, o.FloodProfile, progress); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// benchHostile is the id of the hostile agent of --flood.
+const benchHostile = "mallory"
+
+// isolation measures one host's delegations idle, then while the hostile
+// agent floods.
+func (env *benchEnv) isolation(ctx context.Context, warmup, d time.Duration, profile string, progress io.Writer) (*benchIsolation, error) {
+	cred, _, err := env.d.AgentKeys.Mint(benchHostile, time.Hour, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	m, err := hostile.Connect(env.d.NATSURL, benchHostile, cred)
+	if err != nil {
+		return nil, fmt.Errorf("bench: hostile agent: %w", err)
+	}
+	defer m.Close()
+	hosts, err := connectHosts(ctx, 1, env.d.HTTPURL+"/mcp", env.hostToken)
+	if err != nil {
+		return nil, err
+	}
+	defer closeHosts(hosts)
+	delegate := func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) }
+	env.agent.SetReportAtOnce(true)
+	iso := &benchIsolation{}
+	fmt.Fprintf(progress, "bench: isolation: delegation, idle, %s\n", d)
+	if iso.Idle, err = measure(ctx, 1, warmup, d, delegate); err != nil {
+		return nil, err
+	}
+	fctx, stop := context.WithCancel(ctx)
+	flood := make(chan hostile.Stats, 1)
+	start := time.Now()
+	go func() { flood <- m.FloodUnknown(fctx, 0, 0) }()
+	fmt.Fprintf(progress, "bench: isolation: delegation while %s floods, %s\n", benchHostile, d)
+	stopProfile := func() error { return nil }
+	if profile != "" {
+		if stopProfile, err = startCPUProfile(profile); err != nil {
+			stop()
+			<-flood
+			return nil, err
+		}
+	}
+	iso.Flooded, err = measure(ctx, 1, warmup, d, delegate)
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
+	stop()
+	st := <-flood
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(start).Seconds()
+	iso.FloodStoredPerSecond, iso.FloodRefusedPerSecond = round(float64(st.Acked)/secs, 0), round(float64(st.Refused)/secs, 0)
+	iso.P50Ratio, iso.P99Ratio = round(iso.Flooded.P50us/iso.Idle.P50us, 2), round(iso.Flooded.P99us/iso.Idle.P99us, 2)
+	return iso, nil
 }
 
 // levelFigures are the round trips measured at one concurrency.
@@ -383,7 +472,11 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benc
 			env.stop()
 		}
 	}()
-	env.d, err = daemon.Start(ctx, inProcessConfig(dir), log, true)
+	cfg := inProcessConfig(dir)
+	// The hostile agent of --flood: configured, with the default limits,
+	// for a tenant of its own.
+	cfg.Agents = append(cfg.Agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: benchHostile, Tenants: []string{"acme"}}})
+	env.d, err = daemon.Start(ctx, cfg, log, true)
 	if err != nil {
 		return env, err
 	}
@@ -888,6 +981,11 @@ func (rep *benchReport) derive() {
 		}
 		rep.Targets = append(rep.Targets, t)
 	}
+	if iso := rep.Isolation; iso != nil {
+		rep.Targets = append(rep.Targets,
+			upTo("delegation p50 while a hostile agent floods / idle", "at most 2×", iso.P50Ratio, 2, "×"),
+			upTo("delegation p99 while a hostile agent floods / idle", "at most 2×", iso.P99Ratio, 2, "×"))
+	}
 	if i := slices.IndexFunc(rep.Ratios, func(r benchRatios) bool { return r.Concurrency == 1 }); i >= 0 {
 		r := rep.Ratios[i]
 		rep.Targets = append(rep.Targets,
@@ -929,8 +1027,24 @@ func (rep *benchReport) print(w io.Writer) error {
 		fmt.Fprintf(tw, "÷ raw NATS\t%d\t%.2f×\t%.2f×\t\t\t\t\t\n", r.Concurrency, r.P50OverNATS, r.P99OverNATS)
 		fmt.Fprintf(tw, "÷ trivial MCP call\t%d\t%.2f×\t%.2f×\t%.2f×\t\t\t\t\n", r.Concurrency, r.P50OverTrivial, r.P99OverTrivial, r.RateOverTrivial)
 	}
+	if iso := rep.Isolation; iso != nil {
+		fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "delegation (agent: 1 event), one host\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\t")
+		for _, row := range []struct {
+			name string
+			f    benchFigures
+		}{{"other agents quiet", iso.Idle}, {benchHostile + " flooding", iso.Flooded}} {
+			f := row.f
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", row.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
+				f.CPUusPerOp, f.AllocBytesPerOp/1024)
+		}
+	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if iso := rep.Isolation; iso != nil {
+		fmt.Fprintf(w, "\n%s's flood (events for tasks that do not exist, as fast as its limits allow): %.0f/s stored, %.0f/s refused by JetStream; "+
+			"honest delegation flooded ÷ idle: p50 %.2f×, p99 %.2f×\n", benchHostile, iso.FloodStoredPerSecond, iso.FloodRefusedPerSecond, iso.P50Ratio, iso.P99Ratio)
 	}
 	ot := rep.OpenTasks
 	fmt.Fprintf(w, "\n%d open tasks: created in %.2f s (%.0f/s, %d concurrent Store.Create); a fresh store loaded and scheduled them in %.2f s\n",
