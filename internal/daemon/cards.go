@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/nats-io/nats.go"
+)
+
+// register answers a registration (docs/nats-binding.md §9): the request
+// must carry the agent's credential (Authorization: Bearer …) and register
+// the card under the credential's own agent id.
+func (d *Daemon) register(m *nats.Msg) {
+	var req natsbind.RegisterRequest
+	resp := natsbind.RegisterResponse{}
+	replyAs := "" // the agent whose inbox may receive the answer
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		resp.Code, resp.Error = natsbind.RegisterInvalid, "registration must be {\"agentId\":…, \"card\":…}"
+	} else if cred, err := d.registrant(m.Header, req.AgentID); err != nil {
+		replyAs = cmp.Or(cred, req.AgentID)
+		resp.AgentID = req.AgentID
+		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
+		if errors.Is(err, errAgentIDMismatch) {
+			resp.Code = natsbind.RegisterForbidden
+		}
+		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
+		// The actor is the agent the credential speaks for: none when it
+		// did not verify (the claimed id is only the record's agent id).
+		d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: cred}, req.AgentID, nil, resp.Code)
+	} else if replyAs = req.AgentID; !agentInbox(m.Reply, replyAs) {
+		// Checked before registering: nothing a request without a proper
+		// inbox asks for is done.
+	} else {
+		resp.AgentID = req.AgentID
+		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
+		if err != nil {
+			resp.Code, resp.Error = natsbind.RegisterInvalid, err.Error()
+			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, nil, cardRefusalCode(err))
+		} else {
+			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
+			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, rec, "")
+		}
+	}
+	// a2ad's own connection may publish anywhere, so the reply subject,
+	// which the sender chose, is confined to that agent's inbox: never a
+	// KV key, a stream, another agent's subjects.
+	if !agentInbox(m.Reply, replyAs) {
+		d.log.Warn("registration ignored: its reply subject is not the agent's inbox", "agent", safeID(replyAs),
+			"want_prefix", embedded.AgentInboxPrefix(safeID(replyAs))+".")
+		return
+	}
+	b, _ := json.Marshal(resp)
+	_ = m.Respond(b)
+}
+
+// agentInbox reports whether subject is in agentID's inbox,
+// _INBOX_<agentId>.<token>… (docs/nats-binding.md §10).
+func agentInbox(subject, agentID string) bool {
+	if !natsbind.ValidToken(agentID) {
+		return false
+	}
+	rest, ok := strings.CutPrefix(subject, embedded.AgentInboxPrefix(agentID)+".")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, tok := range strings.Split(rest, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t") {
+			return false
+		}
+	}
+	return true
+}
+
+var errAgentIDMismatch = errors.New("the credential is for another agent id")
+
+// registrant checks the registration's credential and returns its agent id.
+func (d *Daemon) registrant(h nats.Header, agentID string) (string, error) {
+	auth := h.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || tok == "" {
+		return "", errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
+	}
+	c, err := d.AgentKeys.Verify(tok)
+	if err != nil {
+		return "", err
+	}
+	if c.AgentID != agentID {
+		return c.AgentID, fmt.Errorf("%w: it names %s, the registration %s", errAgentIDMismatch, c.AgentID, safeID(agentID))
+	}
+	return c.AgentID, nil
+}
+
+// safeID returns id if it is a valid agent id, else a placeholder: the
+// registration's agentId is agent text and goes into answers and logs.
+func safeID(id string) string {
+	if natsbind.ValidToken(id) {
+		return id
+	}
+	return "ID"
+}
+
+// watchCard fetches agent id's card from url until ctx ends, revalidating
+// with its ETag when its Cache-Control says, and registers each new card.
+func (d *Daemon) watchCard(ctx context.Context, id, url string) {
+	f := &agentcard.Fetcher{}
+	etag := ""
+	var seen agentcard.Record
+	for {
+		wait := agentcard.NoCacheRefresh
+		res, err := f.Fetch(ctx, url, etag)
+		switch {
+		case err != nil:
+			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
+			d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, "fetch_failed")
+			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
+		case res.NotModified:
+			wait = time.Until(res.Next)
+		default:
+			wait = time.Until(res.Next)
+			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
+			if err != nil {
+				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
+				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, cardRefusalCode(err))
+				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
+				break
+			}
+			etag = res.ETag
+			d.log.Info("agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			if rec.Fingerprint != seen.Fingerprint || rec.Status != seen.Status {
+				seen = *rec // a refetch of the same card is not an event
+				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, rec, "")
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
