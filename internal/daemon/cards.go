@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -18,14 +19,21 @@ import (
 
 // register answers a registration (docs/nats-binding.md §9): the request
 // must carry the agent's credential (Authorization: Bearer …) and register
-// the card under the credential's own agent id.
+// the card under the credential's own agent id. Beyond the rate of the
+// agent its credential proves (registrationLimits), it is answered
+// rate_limited before anything else of it is read.
 func (d *Daemon) register(m *nats.Msg) {
+	cred, credErr := d.credential(m.Header)
+	if ok, wait, limit := d.registrations.take(cred, time.Now()); !ok {
+		d.rateLimited(m, cred, wait, limit)
+		return
+	}
 	var req natsbind.RegisterRequest
 	resp := natsbind.RegisterResponse{}
 	replyAs := "" // the agent whose inbox may receive the answer
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		resp.Code, resp.Error = natsbind.RegisterInvalid, "registration must be {\"agentId\":…, \"card\":…}"
-	} else if cred, err := d.registrant(m.Header, req.AgentID); err != nil {
+	} else if err := registrant(cred, credErr, req.AgentID); err != nil {
 		replyAs = cmp.Or(cred, req.AgentID)
 		resp.AgentID = req.AgentID
 		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
@@ -52,6 +60,7 @@ func (d *Daemon) register(m *nats.Msg) {
 			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, rec, "")
 		}
 	}
+	d.obs.registered(cred, cmp.Or(resp.Code, resp.Status))
 	// a2ad's own connection may publish anywhere, so the reply subject,
 	// which the sender chose, is confined to that agent's inbox: never a
 	// KV key, a stream, another agent's subjects.
@@ -62,6 +71,42 @@ func (d *Daemon) register(m *nats.Msg) {
 	}
 	b, _ := json.Marshal(resp)
 	_ = m.Respond(b)
+}
+
+// rateLimited answers a registration beyond its rate (limit a minute; the
+// next one is allowed after wait) and writes nothing else: no log line, no
+// audit record, only the metric. The answer goes where any other would:
+// into the inbox of the agent the credential proves or, without a verified
+// credential, of the agent the registration claims — which a2ad has not
+// read, so of any agent the reply subject names (the claim is the sender's
+// choice, so this allows no other subject).
+func (d *Daemon) rateLimited(m *nats.Msg, cred string, wait time.Duration, limit int) {
+	d.obs.registered(cred, natsbind.RegisterRateLimited)
+	replyAs := cred
+	if replyAs == "" {
+		replyAs = inboxAgent(m.Reply)
+	}
+	if !agentInbox(m.Reply, replyAs) {
+		return
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	who := "agent " + cred
+	if cred == "" {
+		who = "registrations without a verified agent credential"
+	}
+	b, _ := json.Marshal(natsbind.RegisterResponse{AgentID: cred, Code: natsbind.RegisterRateLimited, RetryAfterSeconds: secs,
+		Error: fmt.Sprintf("%s may register %d times a minute: retry in %ds", who, limit, secs)})
+	_ = m.Respond(b)
+}
+
+// inboxAgent is the agent id X of an inbox subject _INBOX_X.…, else "".
+func inboxAgent(subject string) string {
+	rest, ok := strings.CutPrefix(subject, embedded.AgentInboxPrefix(""))
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id
 }
 
 // agentInbox reports whether subject is in agentID's inbox,
@@ -82,23 +127,37 @@ func agentInbox(subject, agentID string) bool {
 	return true
 }
 
-var errAgentIDMismatch = errors.New("the credential is for another agent id")
+var (
+	errAgentIDMismatch = errors.New("the credential is for another agent id")
+	errNoCredential    = errors.New("no credential")
+)
 
-// registrant checks the registration's credential and returns its agent id.
-func (d *Daemon) registrant(h nats.Header, agentID string) (string, error) {
-	auth := h.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
+// credential returns the agent id of the registration's credential once
+// it verified; errNoCredential if there is none.
+func (d *Daemon) credential(h nats.Header) (string, error) {
+	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
-		return "", errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
+		return "", errNoCredential
 	}
 	c, err := d.AgentKeys.Verify(tok)
 	if err != nil {
 		return "", err
 	}
-	if c.AgentID != agentID {
-		return c.AgentID, fmt.Errorf("%w: it names %s, the registration %s", errAgentIDMismatch, c.AgentID, safeID(agentID))
-	}
 	return c.AgentID, nil
+}
+
+// registrant checks that the registration of agentID may register it: its
+// credential (cred, verified, or credErr) is agentID's.
+func registrant(cred string, credErr error, agentID string) error {
+	switch {
+	case errors.Is(credErr, errNoCredential):
+		return errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
+	case credErr != nil:
+		return credErr
+	case cred != agentID:
+		return fmt.Errorf("%w: it names %s, the registration %s", errAgentIDMismatch, cred, safeID(agentID))
+	}
+	return nil
 }
 
 // safeID returns id if it is a valid agent id, else a placeholder: the

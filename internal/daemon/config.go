@@ -118,6 +118,20 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	return l
 }
 
+// checkLimits refuses limits that cannot be met: a negative
+// registrations_per_minute (zero takes the default).
+func (c Config) checkLimits() error {
+	if n := c.AgentLimits.RegistrationsPerMinute; n < 0 {
+		return fmt.Errorf("config: agent_limits.registrations_per_minute %d: want a positive number, or 0 for the default %d", n, DefaultAgentLimits.RegistrationsPerMinute)
+	}
+	for _, a := range c.Agents {
+		if n := a.Limits.RegistrationsPerMinute; n < 0 {
+			return fmt.Errorf("config: agent %s limits.registrations_per_minute %d: want a positive number, or 0 for agent_limits'", a.ID, n)
+		}
+	}
+	return nil
+}
+
 // StorageConfig is what a2ad keeps of the JetStream store.
 type StorageConfig struct {
 	// ReserveBytes is the free store a2ad keeps for the tasks it has

@@ -62,17 +62,19 @@ type Daemon struct {
 	// Audit is the audit trail's writer.
 	Audit *audit.Log
 
-	log    *slog.Logger
-	obs    *observer
-	tracer *tracing.Provider
-	ns     *server.Server
-	keys   atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
-	lock   *os.File
-	nc     *nats.Conn
-	http   *http.Server
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+	log *slog.Logger
+	obs *observer
+	// registrations rate-limit registrations per agent.
+	registrations *registrationLimits
+	tracer        *tracing.Provider
+	ns            *server.Server
+	keys          atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
+	lock          *os.File
+	nc            *nats.Conn
+	http          *http.Server
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	once          sync.Once
 }
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
@@ -80,6 +82,9 @@ type Daemon struct {
 func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_ *Daemon, err error) {
 	started := time.Now()
 	cfg = cfg.withDefaults()
+	if err := cfg.checkLimits(); err != nil {
+		return nil, err
+	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
 	refusals := newRefusalLog(log)
@@ -239,6 +244,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			log.Error("tracker stopped", "err", err)
 		}
 	}()
+	d.registrations = newRegistrationLimits(cfg)
 	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
 	}

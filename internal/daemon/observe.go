@@ -233,6 +233,12 @@ func (o *observer) natsRefused(err error) {
 	o.m.AuthFailures.WithLabelValues("nats", natsRefusalCode(err)).Inc()
 }
 
+// registered counts a registration by the agent id of its verified
+// credential ("" without one) and outcome (status or refusal code).
+func (o *observer) registered(cred, outcome string) {
+	o.m.Registrations.WithLabelValues(cred, outcome).Inc()
+}
+
 // agentCard records a registration or fetch of agentID's card: its outcome
 // (rec) or its refusal (code, err).
 func (o *observer) agentCard(by audit.Actor, agentID string, rec *agentcard.Record, code string) {

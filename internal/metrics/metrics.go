@@ -55,6 +55,11 @@ type Metrics struct {
 	// Tasks is the number of tasks in each non-terminal state, as this
 	// instance's watcher of the task bucket sees them.
 	Tasks *prometheus.GaugeVec
+	// Registrations counts agents' registrations (a2a.registry.register)
+	// by the agent id of their verified credential ("" without one) and
+	// outcome: the resulting status (approved, pending, quarantined) or the
+	// refusal code (unauthenticated, forbidden, invalid, rate_limited).
+	Registrations *prometheus.CounterVec
 }
 
 // latencyBuckets span 250 µs to 1 min: delegations take milliseconds, an
@@ -91,8 +96,11 @@ func New() *Metrics {
 		Help: "Refused credentials by edge (http: host bearer tokens, nats: agent credentials) and reason."}, []string{"edge", "reason"})
 	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
+	m.Registrations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_registrations_total",
+		Help: "Agent registrations by the agent id of their verified credential (empty without one) and outcome: the resulting status or the refusal code."},
+		[]string{"agent", "outcome"})
 	for _, c := range []prometheus.Collector{m.Delegations, m.DelegateSeconds, m.Transitions, m.TransitionsRefused, m.TasksEnded,
-		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks} {
+		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.Registrations} {
 		f(c)
 	}
 	for _, st := range []string{"submitted", "working", "input-required", "auth-required"} {
