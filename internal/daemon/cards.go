@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -40,24 +41,26 @@ func (d *Daemon) register(m *nats.Msg) {
 		if errors.Is(err, errAgentIDMismatch) {
 			resp.Code = natsbind.RegisterForbidden
 		}
-		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
+		d.aggregate.logAttrs(cred, slog.LevelWarn, "agent registration refused", "agent", req.AgentID, "credential_agent", cred,
+			"code", resp.Code, "err", err)
 		// The actor is the agent the credential speaks for: none when it
 		// did not verify (the claimed id is only the record's agent id).
-		d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: cred}, req.AgentID, nil, resp.Code)
+		d.obs.agentCard(cred, audit.Actor{Type: audit.ActorAgent, Subject: cred}, req.AgentID, nil, false, resp.Code)
 	} else if replyAs = req.AgentID; !agentInbox(m.Reply, replyAs) {
 		// Checked before registering: nothing a request without a proper
 		// inbox asks for is done.
 	} else {
 		resp.AgentID = req.AgentID
-		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
+		rec, changed, err := d.Service.Agents.RegisterChanged(context.Background(), req.AgentID, req.Card)
+		by := audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}
 		if err != nil {
 			resp.Code, resp.Error = natsbind.RegisterInvalid, err.Error()
-			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, nil, cardRefusalCode(err))
+			d.aggregate.logAttrs(cred, slog.LevelWarn, "agent registration refused", "agent", req.AgentID, "err", err)
+			d.obs.agentCard(cred, by, req.AgentID, nil, false, cardRefusalCode(err))
 		} else {
 			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
-			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, rec, "")
+			d.cardLog(cred, changed, "agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			d.obs.agentCard(cred, by, req.AgentID, rec, changed, "")
 		}
 	}
 	d.obs.registered(cred, cmp.Or(resp.Code, resp.Status))
@@ -65,7 +68,7 @@ func (d *Daemon) register(m *nats.Msg) {
 	// which the sender chose, is confined to that agent's inbox: never a
 	// KV key, a stream, another agent's subjects.
 	if !agentInbox(m.Reply, replyAs) {
-		d.log.Warn("registration ignored: its reply subject is not the agent's inbox", "agent", safeID(replyAs),
+		d.aggregate.logAttrs(cred, slog.LevelWarn, "registration ignored: its reply subject is not the agent's inbox", "agent", safeID(replyAs),
 			"want_prefix", embedded.AgentInboxPrefix(safeID(replyAs))+".")
 		return
 	}
@@ -169,36 +172,49 @@ func safeID(id string) string {
 	return "ID"
 }
 
+// cardLog logs an agent's registration or fetched card: at once if it
+// changed the agent's status or fingerprint, else aggregated with the
+// others of source.
+func (d *Daemon) cardLog(source string, changed bool, msg string, args ...any) {
+	if changed {
+		d.log.Info(msg, args...)
+		return
+	}
+	d.aggregate.logAttrs(source, slog.LevelInfo, msg, args...)
+}
+
 // watchCard fetches agent id's card from url until ctx ends, revalidating
 // with its ETag when its Cache-Control says, and registers each new card.
+// A card that changes the agent's status or fingerprint is recorded; a
+// refetch of the current card is not an event. Failures and refusals,
+// every NoCacheRefresh while they last, are aggregated.
 func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 	f := &agentcard.Fetcher{}
 	etag := ""
-	var seen agentcard.Record
+	daemon := audit.Actor{Type: audit.ActorDaemon}
 	for {
 		wait := agentcard.NoCacheRefresh
 		res, err := f.Fetch(ctx, url, etag)
 		switch {
 		case err != nil:
-			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, "fetch_failed")
+			d.aggregate.logAttrs(id, slog.LevelWarn, "agent card not fetched", "agent", id, "url", url, "err", err)
+			d.obs.agentCard(id, daemon, id, nil, false, "fetch_failed")
 			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 		case res.NotModified:
 			wait = time.Until(res.Next)
 		default:
 			wait = time.Until(res.Next)
-			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
+			rec, changed, err := d.Service.Agents.RegisterChanged(ctx, id, res.Card)
 			if err != nil {
-				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
-				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, cardRefusalCode(err))
+				d.aggregate.logAttrs(id, slog.LevelWarn, "fetched agent card refused", "agent", id, "url", url, "err", err)
+				d.obs.agentCard(id, daemon, id, nil, false, cardRefusalCode(err))
 				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 				break
 			}
 			etag = res.ETag
-			d.log.Info("agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
-			if rec.Fingerprint != seen.Fingerprint || rec.Status != seen.Status {
-				seen = *rec // a refetch of the same card is not an event
-				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, rec, "")
+			d.cardLog(id, changed, "agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			if changed {
+				d.obs.agentCard(id, daemon, id, rec, true, "")
 			}
 		}
 		t := time.NewTimer(wait)

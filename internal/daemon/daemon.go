@@ -66,15 +66,19 @@ type Daemon struct {
 	obs *observer
 	// registrations rate-limit registrations per agent.
 	registrations *registrationLimits
-	tracer        *tracing.Provider
-	ns            *server.Server
-	keys          atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
-	lock          *os.File
-	nc            *nats.Conn
-	http          *http.Server
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
-	once          sync.Once
+	// aggregate bounds the records and log lines about one agent's
+	// registrations and card fetches.
+	aggregate   *aggregator
+	registering *nats.Subscription
+	tracer      *tracing.Provider
+	ns          *server.Server
+	keys        atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
+	lock        *os.File
+	nc          *nats.Conn
+	http        *http.Server
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	once        sync.Once
 }
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
@@ -87,7 +91,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
-	refusals := newRefusalLog(log)
+	d.aggregate = newAggregator(log)
+	d.obs.aggregate = d.aggregate
 	ok := false
 	defer func() {
 		if !ok && d.nc != nil && !d.nc.IsConnected() && cfg.NATSURL != "" {
@@ -119,7 +124,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			VerifyAgent: d.verifyAgent,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
-				refusals.refused(remote, err)
+				// An agent retrying every second with a bad credential
+				// must not flood the log.
+				d.aggregate.logAttrs("nats-refused "+err.Error(), slog.LevelWarn, "NATS connection refused", "remote", remote, "reason", err)
 			}})
 		if err != nil {
 			return nil, err
@@ -155,6 +162,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	d.obs.audit = d.Audit
+	d.aggregate.audit = d.Audit.Append
 	d.Metrics.WatchAudit(d.Audit)
 	if d.AgentKeys, err = AgentKeys(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
@@ -245,7 +253,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 	}()
 	d.registrations = newRegistrationLimits(cfg)
-	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.aggregate.run(runCtx)
+	}()
+	if d.registering, err = d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
 	}
 	for _, a := range cfg.Agents {
@@ -370,41 +383,6 @@ func natsErrors(log *slog.Logger) nats.Option {
 func instanceName() string {
 	h, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d", cmp.Or(h, "localhost"), os.Getpid())
-}
-
-// refusalLog logs refused NATS connections, each reason at most once per
-// refusalLogEvery with the number suppressed since: an agent retrying every
-// second with a bad credential must not flood the log.
-type refusalLog struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-const refusalLogEvery = 30 * time.Second
-
-func newRefusalLog(log *slog.Logger) *refusalLog {
-	return &refusalLog{log: log, last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-func (l *refusalLog) refused(remote string, err error) {
-	reason := err.Error()
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.last[reason]) < refusalLogEvery {
-		l.held[reason]++
-		l.mu.Unlock()
-		return
-	}
-	if len(l.last) > 1000 { // bounded: reasons are a2ad's own messages, but be safe
-		clear(l.last)
-		clear(l.held)
-	}
-	held := l.held[reason]
-	l.last[reason], l.held[reason] = now, 0
-	l.mu.Unlock()
-	l.log.Warn("NATS connection refused", "remote", remote, "reason", err, "similar_refusals_not_logged", held)
 }
 
 // DaemonPasswordPath is where the password of the embedded NATS server's
@@ -598,10 +576,24 @@ func (d *Daemon) Stop() {
 			_ = d.http.Shutdown(ctx)
 			cancel()
 		}
+		if d.registering != nil {
+			// Registrations end before the last sweep of what they held
+			// back (at most 2 s for those already received).
+			closed := d.registering.StatusChanged(nats.SubscriptionClosed)
+			if d.registering.Drain() == nil {
+				select {
+				case <-closed:
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}
 		if d.cancel != nil {
 			d.cancel()
 		}
 		d.wg.Wait()
+		if d.aggregate != nil {
+			d.aggregate.sweep(true) // what is held back is still accounted for
+		}
 		d.Audit.Close(5 * time.Second)
 		d.tracer.Shutdown()
 		if d.nc != nil {
