@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,11 +16,16 @@ import (
 
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/task"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -197,5 +204,217 @@ func TestNegativeRegistrationLimitIsRefused(t *testing.T) {
 		if !strings.Contains(err.Error(), "registrations_per_minute -1: want a positive number") {
 			t.Errorf("error %q does not name the setting", err)
 		}
+	}
+}
+
+// A flood of bad registrations — 30,000 from a client with its own agent
+// credential (whose operator allowed it far more registrations than the
+// default, so that every one reaches the card check), 30,000 without a
+// credential and 1,000 with a forged one naming another agent — leaves a
+// tenant's audit records in a capped audit stream: what reaches the trail
+// and the log about the flood is aggregated, and every refusal is still
+// accounted for. Beyond the rate, registrations are answered rate_limited
+// without being looked at, and an honest agent registering meanwhile gets
+// its normal answer from its own budget.
+func TestRegistrationFloodKeepsTenantsAuditRecords(t *testing.T) {
+	var logs lockedLog
+	dir := t.TempDir()
+	cfg := daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1",
+		Audit: audit.Config{MaxBytes: 256 << 10}, // 30,000 records are about 10 MiB
+		Agents: []daemon.AgentConfig{
+			{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}},
+			{AgentConfig: agentcard.AgentConfig{ID: "flood", Tenants: []string{"default"}},
+				Limits: daemon.AgentLimits{RegistrationsPerMinute: 100_000}},
+		}}
+	ctx := context.Background()
+	d, err := daemon.Start(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+
+	// Tenant "default" delegates to the honest agent first.
+	credHonest := mint(t, d, "fraud-review", time.Hour)
+	ncHonest, err := nats.Connect(d.NATSURL, refagent.ConnectOptions("fraud-review", credHonest)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncHonest.Close()
+	agent, err := refagent.New(ncHonest, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: credHonest,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Stop()
+	waitFor(t, "fraud-review approved", func() bool {
+		r, err := d.Service.Agents.Get(ctx, "fraud-review")
+		return err == nil && r.Delegable
+	})
+	ev, _ := json.Marshal(evidence("C-1", 1999))
+	host := broker.Principal{Tenant: "default", Subject: "host-1"}
+	tk, err := d.Service.Delegate(ctx, host, broker.DelegateRequest{Agent: "fraud-review", Skill: "assess_refund_risk",
+		Brief: brief.Request{Objective: "Assess this refund.", Evidence: ev, OutputSchema: "risk_assessment"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err = d.Service.WaitUntil(ctx, host, tk.ID, 20*time.Second, func(r *task.Record) bool { return r.State.Terminal() }, nil)
+	if err != nil || tk.State != task.Completed {
+		t.Fatalf("the tenant's delegation: %v %v", tk, err)
+	}
+	transitions := len(tk.History)
+	logsBefore := strings.Count(logs.String(), "\n")
+
+	// The flooding client: a2ad-minted credential of its own, its own inbox.
+	credFlood := mint(t, d, "flood", time.Hour)
+	nc, err := nats.Connect(d.NATSURL, refagent.ConnectOptions("flood", credFlood)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	answers := map[string]map[string]int{} // class → code → answers
+	var rateLimitedErr string
+	window := make(chan struct{}, 256) // requests in flight
+	sub, err := nc.Subscribe("_INBOX_flood.flood.*", func(m *nats.Msg) {
+		var r natsbind.RegisterResponse
+		_ = json.Unmarshal(m.Data, &r)
+		class := strings.TrimLeft(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], "0123456789")
+		mu.Lock()
+		if answers[class] == nil {
+			answers[class] = map[string]int{}
+		}
+		answers[class][cmp.Or(r.Code, r.Status)]++
+		if r.Code == natsbind.RegisterRateLimited {
+			rateLimitedErr = r.Error
+		}
+		mu.Unlock()
+		<-window
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	badCard := []byte(`{"name":"flood","description":"not a card a2ad accepts"}`)
+	body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: "flood", Card: badCard})
+	other, _ := agentcred.NewKeys(bytes.Repeat([]byte{7}, 32))
+	forged, _, _ := other.Mint("fraud-review", time.Hour, time.Now())
+	send := func(class string, n int, credential string) {
+		t.Helper()
+		for i := range n {
+			window <- struct{}{}
+			m := &nats.Msg{Subject: natsbind.RegisterSubject, Reply: "_INBOX_flood.flood." + strconv.Itoa(i) + class, Data: body, Header: nats.Header{}}
+			if credential != "" {
+				m.Header.Set("Authorization", "Bearer "+credential)
+			}
+			if err := nc.PublishMsg(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	began := time.Now()
+	written := d.Audit.Written()
+	send("c", 30_000, credFlood)
+	tookC := time.Since(began)
+	send("f", 1_000, forged)
+	// The honest agent registers during the flood with its own credential:
+	// the forged ones naming it spent the shared budget, not its own.
+	honest := nats.NewMsg(natsbind.RegisterSubject)
+	honest.Data, _ = json.Marshal(natsbind.RegisterRequest{AgentID: "fraud-review", Card: a2ad.FraudReviewCard()})
+	honest.Header.Set("Authorization", "Bearer "+credHonest)
+	reply, err := ncHonest.RequestMsg(honest, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hr natsbind.RegisterResponse
+	if err := json.Unmarshal(reply.Data, &hr); err != nil || hr.Code != "" || hr.Status != "approved" {
+		t.Errorf("the honest agent's registration during the flood: %s %v", reply.Data, err)
+	}
+	beganN := time.Now()
+	send("n", 30_000, "")
+	waitFor(t, "every registration answered", func() bool { return len(window) == 0 })
+	took := time.Since(began)
+	t.Logf("30,000 with the flood's credential sent in %v, 30,000 without a credential in %v", tookC.Round(time.Millisecond), time.Since(beganN).Round(time.Millisecond))
+	minutes := int(took/time.Minute) + 1 // minute windows the flood touched, at most
+	mu.Lock()
+	t.Logf("61,000 registrations answered in %v: %v", took.Round(time.Millisecond), answers)
+	if answers["c"][natsbind.RegisterInvalid] != 30_000 {
+		t.Errorf("registrations with the flood's credential: %v, want 30000 %s (its limit is 100,000 a minute)", answers["c"], natsbind.RegisterInvalid)
+	}
+	unauthenticated := answers["n"][natsbind.RegisterUnauthenticated] + answers["f"][natsbind.RegisterUnauthenticated]
+	if answers["n"][natsbind.RegisterRateLimited] == 0 || answers["f"][natsbind.RegisterRateLimited] == 0 ||
+		unauthenticated > (minutes+1)*daemon.DefaultAgentLimits.RegistrationsPerMinute {
+		t.Errorf("registrations without a verified credential: %v %v, want at most %d a minute refused, the others %s",
+			answers["n"], answers["f"], daemon.DefaultAgentLimits.RegistrationsPerMinute, natsbind.RegisterRateLimited)
+	}
+	if !regexp.MustCompile(`retry in \d+s`).MatchString(rateLimitedErr) {
+		t.Errorf("rate_limited error %q does not say when to retry", rateLimitedErr)
+	}
+	mu.Unlock()
+
+	// Stopping writes what is still held back; the records are read after a
+	// restart on the same data directory.
+	agent.Stop()
+	d.Stop()
+	t.Logf("audit records written during the flood and at stop: %d", d.Audit.Written()-written)
+	logLines := strings.Split(logs.String(), "\n")[logsBefore:]
+	d2, err := daemon.Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	js, _ := jetstream.New(operatorConn(t, d2))
+	query := func(f audit.Filter) []audit.Record {
+		t.Helper()
+		f.Limit = 1000
+		page, err := audit.Query(ctx, js, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.Records
+	}
+
+	if got := query(audit.Filter{Tenant: "default", Kind: audit.KindDelegationAccepted}); len(got) != 1 || got[0].TaskID != tk.ID {
+		t.Errorf("the tenant's delegation.accepted records after the flood: %d, want the one of %s", len(got), tk.ID)
+	}
+	if got := query(audit.Filter{TaskID: tk.ID, Kind: audit.KindTransition}); len(got) != transitions {
+		t.Errorf("the task's transition records after the flood: %d, want %d", len(got), transitions)
+	}
+	// Per agent (and for registrations without a verified credential)
+	// at most PerAgentRecordsPerMinute records a minute, plus a summary per
+	// kind of record when the minute ends or a2ad stops; together they
+	// account for every refusal.
+	bound := (minutes + 1) * (daemon.PerAgentRecordsPerMinute + 1)
+	refused := map[string][2]int{} // actor subject → records, refusals they stand for
+	for _, r := range query(audit.Filter{Kind: audit.KindAgentCardRefused}) {
+		n := refused[r.Actor.Subject]
+		refused[r.Actor.Subject] = [2]int{n[0] + 1, n[1] + 1 + r.Suppressed}
+	}
+	t.Logf("card_refused records (records, refusals) by actor: %v", refused)
+	for actor, want := range map[string]int{"flood": 30_000, "": unauthenticated} {
+		if got := refused[actor]; got[0] > bound || got[1] != want {
+			t.Errorf("card_refused records of actor %q: %d standing for %d refusals, want at most %d standing for %d", actor, got[0], got[1], bound, want)
+		}
+	}
+	notLogged := regexp.MustCompile(`similar_not_logged=(\d+)`)
+	lines, stood := 0, 0
+	for _, l := range logLines {
+		if !strings.Contains(l, "registration") {
+			continue
+		}
+		lines++
+		stood++
+		if m := notLogged.FindStringSubmatch(l); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			stood += n
+		}
+	}
+	t.Logf("log lines about registrations: %d standing for %d (of %d lines in all)", lines, stood, len(logLines))
+	if lines > 2*bound || stood != 30_000+unauthenticated {
+		t.Errorf("log lines about registrations: %d standing for %d, want at most %d standing for %d", lines, stood, 2*bound, 30_000+unauthenticated)
 	}
 }
