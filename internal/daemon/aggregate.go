@@ -12,15 +12,16 @@ import (
 )
 
 // PerAgentRecordsPerMinute bounds what one agent's registrations and card
-// fetches — and, per reason, refused NATS connections — write: at most
-// this many audit records and as many log lines a minute (each a token
-// bucket with a burst of as many), so that an agent retrying a bad card,
-// or a flood of registrations, cannot push other tenants' records out of a
-// capped audit stream or bury the log. Beyond, records and lines are only
-// counted; the next one of their kind that is written carries the count of
-// those not written since the last (audit.Record.Suppressed, log attribute
-// similar_not_logged), and when none has been for a minute the last one
-// held back is written then, with the count of the others.
+// fetches — and, per reason, refused NATS connections — write: this many
+// audit records and as many log lines a minute (token buckets: as many at
+// once, then one every 12 s; over t minutes at most 5 + 5t), so that an
+// agent retrying a bad card, or a flood of registrations, cannot push other
+// tenants' records out of a capped audit stream or bury the log. Beyond,
+// records and lines are only counted; the next one of their kind that is
+// written carries the count of those not written since the last
+// (audit.Record.Suppressed, log attribute similar_not_logged), and when none
+// has been for a minute the last one held back is written then, with the
+// count of the others (docs/operations.md, audit trail).
 const PerAgentRecordsPerMinute = 5
 
 // aggregateSweep is how often held-back records and lines are looked at,
