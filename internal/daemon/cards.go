@@ -63,7 +63,7 @@ func (d *Daemon) register(m *nats.Msg) {
 			d.obs.agentCard(cred, by, req.AgentID, rec, changed, "")
 		}
 	}
-	d.obs.registered(cred, cmp.Or(resp.Code, resp.Status))
+	d.obs.registered(cred, cmp.Or(resp.Code, resp.Status, "ignored"))
 	// a2ad's own connection may publish anywhere, so the reply subject,
 	// which the sender chose, is confined to that agent's inbox: never a
 	// KV key, a stream, another agent's subjects.
@@ -93,12 +93,12 @@ func (d *Daemon) rateLimited(m *nats.Msg, cred string, wait time.Duration, limit
 		return
 	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
-	who := "agent " + cred
+	whose := "of agent " + cred
 	if cred == "" {
-		who = "registrations without a verified agent credential"
+		whose = "without a verified agent credential, together,"
 	}
 	b, _ := json.Marshal(natsbind.RegisterResponse{AgentID: cred, Code: natsbind.RegisterRateLimited, RetryAfterSeconds: secs,
-		Error: fmt.Sprintf("%s may register %d times a minute: retry in %ds", who, limit, secs)})
+		Error: fmt.Sprintf("registrations %s are limited to %d a minute: retry in %ds", whose, limit, secs)})
 	_ = m.Respond(b)
 }
 
@@ -191,14 +191,14 @@ func (d *Daemon) cardLog(source string, changed bool, msg string, args ...any) {
 func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 	f := &agentcard.Fetcher{}
 	etag := ""
-	daemon := audit.Actor{Type: audit.ActorDaemon}
+	byDaemon := audit.Actor{Type: audit.ActorDaemon}
 	for {
 		wait := agentcard.NoCacheRefresh
 		res, err := f.Fetch(ctx, url, etag)
 		switch {
 		case err != nil:
 			d.aggregate.logAttrs(id, slog.LevelWarn, "agent card not fetched", "agent", id, "url", url, "err", err)
-			d.obs.agentCard(id, daemon, id, nil, false, "fetch_failed")
+			d.obs.agentCard(id, byDaemon, id, nil, false, "fetch_failed")
 			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 		case res.NotModified:
 			wait = time.Until(res.Next)
@@ -207,14 +207,14 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 			rec, changed, err := d.Service.Agents.RegisterChanged(ctx, id, res.Card)
 			if err != nil {
 				d.aggregate.logAttrs(id, slog.LevelWarn, "fetched agent card refused", "agent", id, "url", url, "err", err)
-				d.obs.agentCard(id, daemon, id, nil, false, cardRefusalCode(err))
+				d.obs.agentCard(id, byDaemon, id, nil, false, cardRefusalCode(err))
 				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
 				break
 			}
 			etag = res.ETag
 			d.cardLog(id, changed, "agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
 			if changed {
-				d.obs.agentCard(id, daemon, id, rec, true, "")
+				d.obs.agentCard(id, byDaemon, id, rec, true, "")
 			}
 		}
 		t := time.NewTimer(wait)

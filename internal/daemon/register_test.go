@@ -136,7 +136,7 @@ func TestRegistrationsAreRateLimitedPerAgent(t *testing.T) {
 	for _, cred := range []string{forgedA, ""} {
 		r := a.register("agent-a", cred, nil)
 		if r.Code != natsbind.RegisterRateLimited || r.AgentID != "" || r.RetryAfterSeconds < 1 || r.RetryAfterSeconds > 15 ||
-			!strings.Contains(r.Error, "without a verified agent credential may register 4 times a minute: retry in ") {
+			!strings.Contains(r.Error, "registrations without a verified agent credential, together, are limited to 4 a minute: retry in ") {
 			t.Errorf("the shared budget spent: %+v, want %s within 15 s", r, natsbind.RegisterRateLimited)
 		}
 	}
@@ -152,7 +152,7 @@ func TestRegistrationsAreRateLimitedPerAgent(t *testing.T) {
 	for range 20 {
 		r := a.register("agent-a", credA, []byte("not JSON"))
 		if r.Code != natsbind.RegisterRateLimited || r.AgentID != "agent-a" || r.RetryAfterSeconds < 1 || r.RetryAfterSeconds > 15 ||
-			r.Error != "agent agent-a may register 4 times a minute: retry in "+strconv.Itoa(r.RetryAfterSeconds)+"s" {
+			r.Error != "registrations of agent agent-a are limited to 4 a minute: retry in "+strconv.Itoa(r.RetryAfterSeconds)+"s" {
 			t.Fatalf("agent-a beyond its rate: %+v", r)
 		}
 	}

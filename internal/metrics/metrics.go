@@ -57,8 +57,9 @@ type Metrics struct {
 	Tasks *prometheus.GaugeVec
 	// Registrations counts agents' registrations (a2a.registry.register)
 	// by the agent id of their verified credential ("" without one) and
-	// outcome: the resulting status (approved, pending, quarantined) or the
-	// refusal code (unauthenticated, forbidden, invalid, rate_limited).
+	// outcome: the resulting status (approved, pending, quarantined), the
+	// refusal code (unauthenticated, forbidden, invalid, rate_limited) or
+	// ignored (a reply subject outside the agent's inbox).
 	Registrations *prometheus.CounterVec
 }
 

@@ -731,7 +731,7 @@ func TestRegistrationRateLimitedWaitsAsTold(t *testing.T) {
 		resp := natsbind.RegisterResponse{AgentID: testAgentID, Status: "approved", Fingerprint: "sha256:x"}
 		if len(got) == 0 {
 			resp = natsbind.RegisterResponse{AgentID: testAgentID, Code: natsbind.RegisterRateLimited, RetryAfterSeconds: 2,
-				Error: "agent fraud-review may register 12 times a minute: retry in 2s"}
+				Error: "registrations of agent fraud-review are limited to 12 a minute: retry in 2s"}
 		}
 		got <- time.Now()
 		b, _ := json.Marshal(resp)
