@@ -12,9 +12,9 @@ import (
 )
 
 // PerAgentRecordsPerMinute bounds what one agent's registrations and card
-// fetches — and, per reason, refused NATS connections — write: this many
-// audit records and as many log lines a minute (token buckets: as many at
-// once, then one every 12 s; over t minutes at most 5 + 5t), so that an
+// fetches — and refused NATS connections, per refusal code — write: this
+// many audit records and as many log lines a minute (token buckets: as many
+// at once, then one every 12 s; over t minutes at most 5 + 5t), so that an
 // agent retrying a bad card, or a flood of registrations, cannot push other
 // tenants' records out of a capped audit stream or bury the log. Beyond,
 // records and lines are only counted; the next one of their kind that is
@@ -33,13 +33,13 @@ const (
 )
 
 // maxAggregates bounds the sources aggregated apart (agents, NATS refusal
-// reasons); beyond, new ones share the aggregate of registrations without
+// codes); beyond, new ones share the aggregate of registrations without
 // a verified credential.
 const maxAggregates = 10_000
 
 // aggregator applies PerAgentRecordsPerMinute. A source is an agent id a
 // credential proved or a2ad fetches the card of, "" for registrations
-// without a verified credential, or a NATS refusal's reason. Records are
+// without a verified credential, or a NATS refusal's code. Records are
 // alike when they have the same kind, actor, code, status and fingerprint
 // (not the agent id: without a verified credential it is only a claim),
 // lines when they have the same level and message.

@@ -125,8 +125,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
 				// An agent retrying every second with a bad credential
-				// must not flood the log.
-				d.aggregate.logAttrs("nats-refused "+err.Error(), slog.LevelWarn, "NATS connection refused", "remote", remote, "reason", err)
+				// must not flood the log. Aggregated by a2ad's own code:
+				// a reason can quote the client's user name.
+				d.aggregate.logAttrs("nats refused: "+natsRefusalCode(err), slog.LevelWarn, "NATS connection refused", "remote", remote, "reason", err)
 			}})
 		if err != nil {
 			return nil, err

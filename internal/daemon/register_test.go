@@ -418,3 +418,55 @@ func TestRegistrationFloodKeepsTenantsAuditRecords(t *testing.T) {
 		t.Errorf("log lines about registrations: %d standing for %d, want at most %d standing for %d", lines, stood, 2*bound, 30_000+unauthenticated)
 	}
 }
+
+// An agent retrying a connection without a credential is logged a few
+// times a minute, each kind of refusal apart (not each user name a client
+// chose), and the lines say how many like them were not.
+func TestRefusedNATSConnectionsAreAggregatedInTheLog(t *testing.T) {
+	var logs lockedLog
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1"},
+		slog.New(slog.NewTextHandler(&logs, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	credA := mint(t, d, "agent-a", time.Hour)
+	for _, tok := range []string{"", "forged", credA} {
+		for i := range 30 {
+			opts := []nats.Option{nats.MaxReconnects(0)}
+			switch tok {
+			case "":
+			case credA: // under user names that are not its agent id
+				opts = append(opts, nats.UserInfo("user-"+strconv.Itoa(i), tok))
+			default:
+				opts = append(opts, nats.Token(tok))
+			}
+			if nc, err := nats.Connect(d.NATSURL, opts...); err == nil {
+				nc.Close()
+				t.Fatalf("connection with %q accepted", tok)
+			}
+		}
+	}
+	d.Stop()                     // writes the lines held back
+	lines := map[string][2]int{} // reason → lines, refusals they stand for
+	notLogged := regexp.MustCompile(`similar_not_logged=(\d+)`)
+	reason := regexp.MustCompile(`reason="?(no agent credential|agent credential invalid|user )`)
+	for _, l := range strings.Split(logs.String(), "\n") {
+		m := reason.FindStringSubmatch(l)
+		if !strings.Contains(l, `msg="NATS connection refused"`) || m == nil {
+			continue
+		}
+		n := 1
+		if k := notLogged.FindStringSubmatch(l); k != nil {
+			s, _ := strconv.Atoi(k[1])
+			n += s
+		}
+		lines[m[1]] = [2]int{lines[m[1]][0] + 1, lines[m[1]][1] + n}
+	}
+	for _, r := range []string{"no agent credential", "agent credential invalid", "user "} {
+		if got := lines[r]; got[0] > daemon.PerAgentRecordsPerMinute+1 || got[1] != 30 {
+			t.Errorf("%q: %d lines standing for %d refusals, want at most %d standing for 30:\n%s", r, got[0], got[1],
+				daemon.PerAgentRecordsPerMinute+1, logs.String())
+		}
+	}
+}
