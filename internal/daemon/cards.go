@@ -41,7 +41,7 @@ func (d *Daemon) register(m *nats.Msg) {
 		if errors.Is(err, errAgentIDMismatch) {
 			resp.Code = natsbind.RegisterForbidden
 		}
-		d.aggregate.logAttrs(cred, slog.LevelWarn, "agent registration refused", "agent", req.AgentID, "credential_agent", cred,
+		d.aggregate.logAttrs(cred, slog.LevelWarn, "agent registration refused", "agent", safeID(req.AgentID), "credential_agent", cred,
 			"code", resp.Code, "err", err)
 		// The actor is the agent the credential speaks for: none when it
 		// did not verify (the claimed id is only the record's agent id).

@@ -470,3 +470,26 @@ func TestRefusedNATSConnectionsAreAggregatedInTheLog(t *testing.T) {
 		}
 	}
 }
+
+// The agent id a registration without a verified credential claims is
+// agent text: the log names it only if it is a valid agent id.
+func TestRefusedRegistrationLogsNoClaimedText(t *testing.T) {
+	var logs lockedLog
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1"},
+		slog.New(slog.NewTextHandler(&logs, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	claim := "agent-a\n" + strings.Repeat("level=ERROR msg=forged ", 1000)
+	body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: claim, Card: a2ad.FraudReviewCard()})
+	m := &nats.Msg{Subject: natsbind.RegisterSubject, Reply: "_INBOX_agent-a.x", Data: body}
+	nc := newRegistrar(t, d, "agent-a").nc
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "agent registration refused") })
+	if strings.Contains(logs.String(), "msg=forged") || len(logs.String()) > 4096 {
+		t.Errorf("the log quotes the claimed agent id:\n%.500s", logs.String())
+	}
+}
