@@ -281,48 +281,62 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 // compare-and-swap, retried up to 5 times (with jittered backoff) after
 // losing a race.
 func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
-	if !natsbind.ValidToken(agentID) {
-		return nil, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
-	}
-	rec, err := r.register(ctx, agentID, raw)
-	if err != nil {
-		r.NoteRefusal(agentID, RefusalRegistration, err)
-	}
+	rec, _, err := r.RegisterChanged(ctx, agentID, raw)
 	return rec, err
 }
 
-func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*Record, error) {
+// RegisterChanged is [Registry.Register], and reports whether the
+// registration changed the agent's status or fingerprint (a first card
+// does): what an operator must see, where the current card again changes
+// nothing they look at.
+func (r *Registry) RegisterChanged(ctx context.Context, agentID string, raw []byte) (*Record, bool, error) {
+	if !natsbind.ValidToken(agentID) {
+		return nil, false, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
+	}
+	rec, prev, err := r.register(ctx, agentID, raw)
+	if err != nil {
+		r.NoteRefusal(agentID, RefusalRegistration, err)
+		return nil, false, err
+	}
+	return rec, prev == nil || prev.Status != rec.Status || prev.Fingerprint != rec.Fingerprint, nil
+}
+
+// register returns the stored record and the one it replaced (nil: none).
+func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*Record, *Record, error) {
 	if len(raw) > MaxCardBytes {
-		return nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
+		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
 	normal, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	card, fp, err := parse(normal)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Stored compact, as the record's JSON encoding would anyway; returned
 	// records then equal stored ones.
 	stored, err := compact(normal)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var received []byte
 	if len(card.Signatures) > 0 && !bytes.Equal(normal, raw) {
 		if received, err = compact(raw); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if r.agents[agentID].RequireSignature {
 		if c := r.check(agentID, stored, received); c.sigErr != nil {
-			return nil, c.sigErr
+			return nil, nil, c.sigErr
 		}
 	}
-	return r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
+	var prev *Record // the record the last attempt of change read
+	rec, err := r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
+		prev = old
 		return r.registration(old, agentID, stored, received, card, fp, now), nil
 	})
+	return rec, prev, err
 }
 
 func compact(raw []byte) ([]byte, error) {

@@ -181,6 +181,40 @@ func TestRegisterSameCardChangesOnlyUpdatedAt(t *testing.T) {
 	}
 }
 
+// RegisterChanged tells a registration that changed what an operator sees
+// of the agent — its status or fingerprint — from the current card again.
+func TestRegisterChangedReportsStatusOrFingerprintChanges(t *testing.T) {
+	r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
+	changed, _ := changedCard(t, "Assesses refund fraud risk, now differently.")
+	for i, step := range []struct {
+		raw    []byte
+		status Status
+		want   bool
+	}{
+		{fixture(t), StatusApproved, true},                        // the first card
+		{fixture(t), StatusApproved, false},                       // the same again
+		{edit(t, func(map[string]any) {}), StatusApproved, false}, // same content, other bytes
+		{changed, StatusQuarantined, true},                        // another fingerprint
+		{changed, StatusQuarantined, false},
+		{fixture(t), StatusQuarantined, true}, // the approved card again: the fingerprint moves back
+	} {
+		rec, got, err := r.RegisterChanged(t.Context(), agent, step.raw)
+		if err != nil || rec.Status != step.status || got != step.want {
+			t.Errorf("registration %d: %s changed=%v %v, want %s changed=%v", i+1, summary(rec), got, err, step.status, step.want)
+		}
+	}
+	if _, err := r.Approve(t.Context(), agent, mustFingerprint(t, fixture(t))); err != nil {
+		t.Fatal(err)
+	}
+	// The operator's approval is the change; the card after it is not.
+	if rec, got, err := r.RegisterChanged(t.Context(), agent, fixture(t)); err != nil || rec.Status != StatusApproved || got {
+		t.Errorf("after approval: %s changed=%v %v, want approved, unchanged", summary(rec), got, err)
+	}
+	if _, got, err := r.RegisterChanged(t.Context(), agent, []byte(`{"name":"x"}`)); err == nil || got {
+		t.Errorf("a refused card: changed=%v %v, want an error", got, err)
+	}
+}
+
 func TestRegisterConfiguredPin(t *testing.T) {
 	_, otherFP := changedCard(t, "Another card.")
 	tests := []struct {

@@ -126,5 +126,8 @@ func details(r audit.Record) string {
 	if r.TraceID != "" {
 		d = append(d, "trace="+r.TraceID)
 	}
+	if r.Suppressed > 0 {
+		d = append(d, "suppressed="+strconv.Itoa(r.Suppressed)) // records like it not written since the last
+	}
 	return strings.Join(d, " ")
 }

@@ -127,6 +127,10 @@ type Record struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// TraceID is the OpenTelemetry trace id of the call, when traced.
 	TraceID string `json:"trace_id,omitempty"`
+	// Suppressed is the number of records like this one not written since
+	// the last one: a2ad writes only a few a minute about one agent's
+	// registrations and card fetches, and counts the others.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
 // Verdict is an artifact verdict without content: the artifact id and the

@@ -95,9 +95,12 @@ type AgentLimits struct {
 	// (64 MiB).
 	MaxPendingEvents int64 `yaml:"max_pending_events"`
 	MaxPendingBytes  int64 `yaml:"max_pending_bytes"`
-	// RegistrationsPerMinute is how many registrations of the agent a2ad
-	// handles per minute (a burst of as many); beyond, it answers
-	// rate_limited without looking at the card. Default 12.
+	// RegistrationsPerMinute is how many registrations of the agent (the
+	// one its credential proves) a2ad handles per minute, with a burst of
+	// as many, in each instance; beyond, it answers rate_limited without
+	// reading the card (docs/nats-binding.md §9). Config.AgentLimits'
+	// value is also the one budget that registrations without a verified
+	// credential share. Negative is a configuration error. Default 12.
 	RegistrationsPerMinute int `yaml:"registrations_per_minute"`
 }
 

@@ -65,15 +65,21 @@ type Daemon struct {
 	log     *slog.Logger
 	obs     *observer
 	storage *storageMonitor
-	tracer  *tracing.Provider
-	ns      *server.Server
-	keys    atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
-	lock    *os.File
-	nc      *nats.Conn
-	http    *http.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	once    sync.Once
+	// registrations rate-limit registrations per agent.
+	registrations *registrationLimits
+	// aggregate bounds the records and log lines about one agent's
+	// registrations and card fetches.
+	aggregate   *aggregator
+	registering *nats.Subscription
+	tracer      *tracing.Provider
+	ns          *server.Server
+	keys        atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
+	lock        *os.File
+	nc          *nats.Conn
+	http        *http.Server
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	once        sync.Once
 }
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
@@ -86,7 +92,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
-	refusals := newRefusalLog(log)
+	d.aggregate = newAggregator(log)
+	d.obs.aggregate = d.aggregate
 	ok := false
 	defer func() {
 		if !ok && d.nc != nil && !d.nc.IsConnected() && cfg.NATSURL != "" {
@@ -121,7 +128,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
-				refusals.refused(remote, err)
+				// An agent retrying every second with a bad credential
+				// must not flood the log. Aggregated by a2ad's own code:
+				// a reason can quote the client's user name.
+				d.aggregate.logAttrs("nats refused: "+natsRefusalCode(err), slog.LevelWarn, "NATS connection refused", "remote", remote, "reason", err)
 			}})
 		if err != nil {
 			return nil, err
@@ -162,6 +172,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	d.obs.audit = d.Audit
+	d.aggregate.audit = d.Audit.Append
 	d.Metrics.WatchAudit(d.Audit)
 	if d.AgentKeys, err = AgentKeys(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
@@ -278,7 +289,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer d.wg.Done()
 		d.storage.run(runCtx)
 	}()
-	if _, err := d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
+	d.registrations = newRegistrationLimits(cfg)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.aggregate.run(runCtx)
+	}()
+	if d.registering, err = d.nc.QueueSubscribe(natsbind.RegisterSubject, "a2ad", d.register); err != nil {
 		return nil, err
 	}
 	for _, a := range cfg.Agents {
@@ -403,41 +420,6 @@ func natsErrors(log *slog.Logger) nats.Option {
 func instanceName() string {
 	h, _ := os.Hostname()
 	return fmt.Sprintf("%s/%d", cmp.Or(h, "localhost"), os.Getpid())
-}
-
-// refusalLog logs refused NATS connections, each reason at most once per
-// refusalLogEvery with the number suppressed since: an agent retrying every
-// second with a bad credential must not flood the log.
-type refusalLog struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-const refusalLogEvery = 30 * time.Second
-
-func newRefusalLog(log *slog.Logger) *refusalLog {
-	return &refusalLog{log: log, last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-func (l *refusalLog) refused(remote string, err error) {
-	reason := err.Error()
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.last[reason]) < refusalLogEvery {
-		l.held[reason]++
-		l.mu.Unlock()
-		return
-	}
-	if len(l.last) > 1000 { // bounded: reasons are a2ad's own messages, but be safe
-		clear(l.last)
-		clear(l.held)
-	}
-	held := l.held[reason]
-	l.last[reason], l.held[reason] = now, 0
-	l.mu.Unlock()
-	l.log.Warn("NATS connection refused", "remote", remote, "reason", err, "similar_refusals_not_logged", held)
 }
 
 // applyAuditStream gives the audit stream its configured settings on the
@@ -655,142 +637,6 @@ func (d *Daemon) verifyAgent(token string) (string, time.Time, error) {
 	return c.AgentID, c.Expires, err
 }
 
-// register answers a registration (docs/nats-binding.md §9): the request
-// must carry the agent's credential (Authorization: Bearer …) and register
-// the card under the credential's own agent id.
-func (d *Daemon) register(m *nats.Msg) {
-	var req natsbind.RegisterRequest
-	resp := natsbind.RegisterResponse{}
-	replyAs := "" // the agent whose inbox may receive the answer
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		resp.Code, resp.Error = natsbind.RegisterInvalid, "registration must be {\"agentId\":…, \"card\":…}"
-	} else if cred, err := d.registrant(m.Header, req.AgentID); err != nil {
-		replyAs = cmp.Or(cred, req.AgentID)
-		resp.AgentID = req.AgentID
-		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
-		if errors.Is(err, errAgentIDMismatch) {
-			resp.Code = natsbind.RegisterForbidden
-		}
-		d.log.Warn("agent registration refused", "agent", req.AgentID, "credential_agent", cred, "code", resp.Code, "err", err)
-		// The actor is the agent the credential speaks for: none when it
-		// did not verify (the claimed id is only the record's agent id).
-		d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: cred}, req.AgentID, nil, resp.Code)
-	} else if replyAs = req.AgentID; !agentInbox(m.Reply, replyAs) {
-		// Checked before registering: nothing a request without a proper
-		// inbox asks for is done.
-	} else {
-		resp.AgentID = req.AgentID
-		rec, err := d.Service.Agents.Register(context.Background(), req.AgentID, req.Card)
-		if err != nil {
-			resp.Code, resp.Error = natsbind.RegisterInvalid, err.Error()
-			d.log.Warn("agent registration refused", "agent", req.AgentID, "err", err)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, nil, cardRefusalCode(err))
-		} else {
-			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
-			d.log.Info("agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorAgent, Subject: req.AgentID}, req.AgentID, rec, "")
-		}
-	}
-	// a2ad's own connection may publish anywhere, so the reply subject,
-	// which the sender chose, is confined to that agent's inbox: never a
-	// KV key, a stream, another agent's subjects.
-	if !agentInbox(m.Reply, replyAs) {
-		d.log.Warn("registration ignored: its reply subject is not the agent's inbox", "agent", safeID(replyAs),
-			"want_prefix", embedded.AgentInboxPrefix(safeID(replyAs))+".")
-		return
-	}
-	b, _ := json.Marshal(resp)
-	_ = m.Respond(b)
-}
-
-// agentInbox reports whether subject is in agentID's inbox,
-// _INBOX_<agentId>.<token>… (docs/nats-binding.md §10).
-func agentInbox(subject, agentID string) bool {
-	if !natsbind.ValidToken(agentID) {
-		return false
-	}
-	rest, ok := strings.CutPrefix(subject, embedded.AgentInboxPrefix(agentID)+".")
-	if !ok || rest == "" {
-		return false
-	}
-	for _, tok := range strings.Split(rest, ".") {
-		if tok == "" || strings.ContainsAny(tok, "*> \t") {
-			return false
-		}
-	}
-	return true
-}
-
-var errAgentIDMismatch = errors.New("the credential is for another agent id")
-
-// registrant checks the registration's credential and returns its agent id.
-func (d *Daemon) registrant(h nats.Header, agentID string) (string, error) {
-	auth := h.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || tok == "" {
-		return "", errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
-	}
-	c, err := d.AgentKeys.Verify(tok)
-	if err != nil {
-		return "", err
-	}
-	if c.AgentID != agentID {
-		return c.AgentID, fmt.Errorf("%w: it names %s, the registration %s", errAgentIDMismatch, c.AgentID, safeID(agentID))
-	}
-	return c.AgentID, nil
-}
-
-// safeID returns id if it is a valid agent id, else a placeholder: the
-// registration's agentId is agent text and goes into answers and logs.
-func safeID(id string) string {
-	if natsbind.ValidToken(id) {
-		return id
-	}
-	return "ID"
-}
-
-// watchCard fetches agent id's card from url until ctx ends, revalidating
-// with its ETag when its Cache-Control says, and registers each new card.
-func (d *Daemon) watchCard(ctx context.Context, id, url string) {
-	f := &agentcard.Fetcher{}
-	etag := ""
-	var seen agentcard.Record
-	for {
-		wait := agentcard.NoCacheRefresh
-		res, err := f.Fetch(ctx, url, etag)
-		switch {
-		case err != nil:
-			d.log.Warn("agent card not fetched", "agent", id, "url", url, "err", err)
-			d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, "fetch_failed")
-			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
-		case res.NotModified:
-			wait = time.Until(res.Next)
-		default:
-			wait = time.Until(res.Next)
-			rec, err := d.Service.Agents.Register(ctx, id, res.Card)
-			if err != nil {
-				d.log.Warn("fetched agent card refused", "agent", id, "url", url, "err", err)
-				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, nil, cardRefusalCode(err))
-				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
-				break
-			}
-			etag = res.ETag
-			d.log.Info("agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
-			if rec.Fingerprint != seen.Fingerprint || rec.Status != seen.Status {
-				seen = *rec // a refetch of the same card is not an event
-				d.obs.agentCard(audit.Actor{Type: audit.ActorDaemon}, id, rec, "")
-			}
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // Stop stops taking calls, lets in-flight writes finish, and shuts down
 // NATS (the embedded server's state stays in the data dir). Open tasks are
 // left for the next start or another instance.
@@ -801,10 +647,24 @@ func (d *Daemon) Stop() {
 			_ = d.http.Shutdown(ctx)
 			cancel()
 		}
+		if d.registering != nil {
+			// Registrations end before the last sweep of what they held
+			// back (at most 2 s for those already received).
+			closed := d.registering.StatusChanged(nats.SubscriptionClosed)
+			if d.registering.Drain() == nil {
+				select {
+				case <-closed:
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}
 		if d.cancel != nil {
 			d.cancel()
 		}
 		d.wg.Wait()
+		if d.aggregate != nil {
+			d.aggregate.sweep(true) // what is held back is still accounted for
+		}
 		d.Audit.Close(5 * time.Second)
 		d.tracer.Shutdown()
 		if d.nc != nil {

@@ -24,8 +24,9 @@ import (
 // and metrics. Every hook queues or counts and returns: nothing here is on
 // the path a host waits for beyond a channel send and a few atomic adds.
 type observer struct {
-	audit *audit.Log
-	m     *metrics.Metrics
+	audit     *audit.Log
+	aggregate *aggregator
+	m         *metrics.Metrics
 
 	mu   sync.Mutex
 	open map[string]task.State // non-terminal tasks, for the a2ad_tasks gauge
@@ -239,9 +240,19 @@ func (o *observer) natsRefused(err error) {
 	o.m.AuthFailures.WithLabelValues("nats", natsRefusalCode(err)).Inc()
 }
 
+// registered counts a registration by the agent id of its verified
+// credential ("" without one) and outcome (status or refusal code).
+func (o *observer) registered(cred, outcome string) {
+	o.m.Registrations.WithLabelValues(cred, outcome).Inc()
+}
+
 // agentCard records a registration or fetch of agentID's card: its outcome
-// (rec) or its refusal (code, err).
-func (o *observer) agentCard(by audit.Actor, agentID string, rec *agentcard.Record, code string) {
+// (rec; changed if it changed the agent's status or fingerprint) or its
+// refusal (code). A change is always recorded; the others are aggregated
+// per source (see [PerAgentRecordsPerMinute]): the agent id a credential
+// proved or whose card a2ad fetched, "" for a registration without a
+// verified credential.
+func (o *observer) agentCard(source string, by audit.Actor, agentID string, rec *agentcard.Record, changed bool, code string) {
 	ar := audit.Record{Actor: by, AgentID: agentID}
 	if !natsbind.ValidToken(agentID) {
 		ar.AgentID = ""
@@ -251,7 +262,11 @@ func (o *observer) agentCard(by audit.Actor, agentID string, rec *agentcard.Reco
 	} else {
 		ar.Kind, ar.Code = audit.KindAgentCardRefused, code
 	}
-	o.audit.Append(ar)
+	if changed {
+		o.audit.Append(ar)
+		return
+	}
+	o.aggregate.record(source, ar)
 }
 
 // cardRefusalCode classifies a refused card (registration or fetch).

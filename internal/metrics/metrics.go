@@ -60,6 +60,12 @@ type Metrics struct {
 	// unknown_task, foreign_task, malformed, out_of_bounds, record_full,
 	// undeliverable, bad_subject).
 	EventsTerminated *prometheus.CounterVec
+	// Registrations counts agents' registrations (a2a.registry.register)
+	// by the agent id of their verified credential ("" without one) and
+	// outcome: the resulting status (approved, pending, quarantined), the
+	// refusal code (unauthenticated, forbidden, invalid, rate_limited) or
+	// ignored (a reply subject outside the agent's inbox).
+	Registrations *prometheus.CounterVec
 }
 
 // latencyBuckets span 250 µs to 1 min: delegations take milliseconds, an
@@ -98,8 +104,11 @@ func New() *Metrics {
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
 	m.EventsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_events_terminated_total",
 		Help: "Agent events removed from their stream without being applied (they never can be), by agent and reason."}, []string{"agent", "reason"})
+	m.Registrations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_registrations_total",
+		Help: "Agent registrations by the agent id of their verified credential (empty without one) and outcome: the resulting status or the refusal code."},
+		[]string{"agent", "outcome"})
 	for _, c := range []prometheus.Collector{m.Delegations, m.DelegateSeconds, m.Transitions, m.TransitionsRefused, m.TasksEnded,
-		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.EventsTerminated} {
+		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.EventsTerminated, m.Registrations} {
 		f(c)
 	}
 	for _, st := range []string{"submitted", "working", "input-required", "auth-required"} {

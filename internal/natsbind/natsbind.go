@@ -98,6 +98,10 @@ type RegisterResponse struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	Code        string `json:"code,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// RetryAfterSeconds comes with RegisterRateLimited: the agent may
+	// register again after that many seconds (whole, at least 1), which
+	// Error names too.
+	RetryAfterSeconds int `json:"retryAfterSeconds,omitempty"`
 }
 
 // Registration refusal codes (RegisterResponse.Code).
@@ -108,6 +112,10 @@ const (
 	RegisterForbidden = "forbidden"
 	// RegisterInvalid: the request or the card is malformed or refused.
 	RegisterInvalid = "invalid"
+	// RegisterRateLimited: the agent registered more often than a2ad
+	// allows it (registrations_per_minute); nothing of this registration
+	// was read. Retry after RetryAfterSeconds.
+	RegisterRateLimited = "rate_limited"
 )
 
 // Client calls agents over the binding. Its zero value is not usable; build

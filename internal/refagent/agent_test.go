@@ -722,6 +722,51 @@ func TestRegistration(t *testing.T) {
 	}
 }
 
+// A rate_limited answer is retried after the time it names, not the usual
+// second; the next answer ends the registration.
+func TestRegistrationRateLimitedWaitsAsTold(t *testing.T) {
+	srv, nc, _ := natstest.Start(t)
+	got := make(chan time.Time, 4)
+	sub, err := nc.Subscribe(natsbind.RegisterSubject, func(m *nats.Msg) {
+		resp := natsbind.RegisterResponse{AgentID: testAgentID, Status: "approved", Fingerprint: "sha256:x"}
+		if len(got) == 0 {
+			resp = natsbind.RegisterResponse{AgentID: testAgentID, Code: natsbind.RegisterRateLimited, RetryAfterSeconds: 2,
+				Error: "registrations of agent fraud-review are limited to 12 a minute: retry in 2s"}
+		}
+		got <- time.Now()
+		b, _ := json.Marshal(resp)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	a, err := New(natstest.Connect(t, srv), Config{AgentID: testAgentID, Card: testCard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	var first, second time.Time
+	for _, at := range []*time.Time{&first, &second} {
+		select {
+		case *at = <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no registration request")
+		}
+	}
+	if waited := second.Sub(first); waited < 1900*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("retried after %v, want the 2 s the answer named", waited)
+	}
+	select {
+	case <-got:
+		t.Error("the agent registered again after its answer")
+	case <-time.After(1500 * time.Millisecond):
+	}
+}
+
 func TestStop(t *testing.T) {
 	d := newDaemon(t, nil, true)
 	d.agent.Stop()

@@ -30,9 +30,14 @@ func registerBody(agentID string, card []byte) []byte {
 	return append(b, '}')
 }
 
+// rateLimitedWait is how long the agent waits after a rate_limited answer
+// that does not say (a2ad's always does: retryAfterSeconds).
+const rateLimitedWait = time.Minute
+
 // register sends the card to a2a.registry.register until a2ad answers (no
-// responders and timeouts are retried every second) and logs the outcome.
-// Registration is informative: the agent serves whatever the status.
+// responders and timeouts are retried every second; a rate_limited answer
+// after the time it names) and logs the outcome. Registration is
+// informative: the agent serves whatever the status.
 func (a *Agent) register() {
 	body := registerBody(a.agentID, a.card)
 	for attempt := 1; ; attempt++ {
@@ -57,6 +62,16 @@ func (a *Agent) register() {
 			switch {
 			case json.Unmarshal(reply.Data, &r) != nil:
 				a.log.Warn("registration answer is not a RegisterResponse", "bytes", len(reply.Data))
+			case r.Code == natsbind.RegisterRateLimited:
+				wait := rateLimitedWait
+				if r.RetryAfterSeconds > 0 {
+					wait = min(time.Duration(r.RetryAfterSeconds)*time.Second, 10*rateLimitedWait)
+				}
+				a.log.Info("registration rate-limited; retrying", "after", wait)
+				if !a.sleep(wait) {
+					return
+				}
+				continue
 			case r.Error != "":
 				a.log.Warn("registration refused", "code", r.Code, "error", r.Error)
 			default:
