@@ -201,7 +201,7 @@ func TestNegativeRegistrationLimitIsRefused(t *testing.T) {
 			d.Stop()
 			t.Fatal("started")
 		}
-		if !strings.Contains(err.Error(), "registrations_per_minute -1: want a positive number") {
+		if !strings.Contains(err.Error(), "registrations_per_minute -1: want at least 1") {
 			t.Errorf("error %q does not name the setting", err)
 		}
 	}
