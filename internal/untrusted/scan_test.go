@@ -248,6 +248,20 @@ func TestKindsCovered(t *testing.T) {
 	}
 }
 
+// Items sharing a bit would let patterns run on sentences that lack their
+// words: Scan would stay right but get slower.
+func TestNeedItemsHaveTheirOwnBits(t *testing.T) {
+	items := map[string]bool{}
+	for _, p := range all {
+		for _, w := range strings.FieldsFunc(p.need, func(r rune) bool { return r == ' ' || r == ';' }) {
+			items[w] = true
+		}
+	}
+	if n, bits := len(items), 64*len(set{}); n > bits {
+		t.Errorf("%d need items for %d bits: widen set", n, bits)
+	}
+}
+
 func TestFold(t *testing.T) {
 	for in, want := range map[string]string{
 		"a\u200bb\u200c\u200d\u2060\ufeffc": "abc",
