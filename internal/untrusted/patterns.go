@@ -52,8 +52,8 @@ type pattern struct {
 	need string
 }
 
-// core are the expressions agent card scanning started with
-// (agentcard.InjectionWarnings), unchanged and in their order.
+// core are the first expressions [Scan] tries, those injection scanning
+// started with.
 var core = []pattern{
 	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|prompts?|messages|rules|context)(?:\b|\d)`),
 		"ignore disregard forget; previous prior above earlier preceding system original; instructions prompt prompts messages rules context"},
@@ -175,15 +175,3 @@ const (
 	// date") does not count.
 	objectEnd = `(\s*($|[^\w\s'])|\s+(and|or|to|in|into|from|here|you|with|for|as|of|that|so|now|please|then)\b)`
 )
-
-// CorePatterns returns, in their fixed order, the seven expressions agent
-// card scanning has always used; [Scan] uses them too, among others. Each is
-// shared: callers must not call its Longest method. agentcard reports the
-// phrase the first matching one finds.
-func CorePatterns() []*regexp.Regexp {
-	out := make([]*regexp.Regexp, len(core))
-	for i, p := range core {
-		out[i] = p.re
-	}
-	return out
-}
