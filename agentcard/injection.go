@@ -1,51 +1,57 @@
 package agentcard
 
 import (
-	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/a2ad/a2ad/internal/untrusted"
 )
 
-// injectionPatterns are phrasings that address a model rather than describe
-// an agent: attempts to override a host's instructions through card text.
-// Matching is a backstop that flags an agent for an operator's eyes, not a
-// boundary: card text always reaches hosts as data, never as instructions.
-var injectionPatterns = untrusted.CorePatterns()
-
-// Warning is one finding of InjectionWarnings: where, and the phrase that
-// matched (at most 80 bytes of it).
+// Warning flags card text phrased as instructions to a model: where, and
+// what kind of phrasing, never the text. Flagging is a backstop for an
+// operator's review, not a boundary: card text always reaches hosts as
+// data, never as instructions.
 type Warning struct {
-	Field  string `json:"field"`
-	Phrase string `json:"phrase"`
+	// Pointer is an RFC 6901 JSON pointer into the card: "/name",
+	// "/description", "/skills/0/id", "/skills/1/tags/2".
+	Pointer string `json:"pointer"`
+	// Kind is the kind of phrasing, one of "instruction_override",
+	// "role_reassignment", "prompt_reference", "concealment", "role_tag",
+	// "exfiltration" (untrusted.Kinds).
+	Kind string `json:"kind"`
 }
 
-func (w Warning) String() string { return fmt.Sprintf("%s: %q", w.Field, w.Phrase) }
-
-// InjectionWarnings scans the card's free text (name, description, each
-// skill's name, description, tags and examples) for imperative-override
-// phrasing and returns one warning per matching field, in card order.
+// InjectionWarnings scans the card's name and description and each skill's
+// id, name, description, tags and examples with the scanner every agent
+// string goes through (untrusted.Scan: case, zero-width and look-alike
+// characters, and '_' or '-' between words do not hide a phrase; a skill
+// id's '.' and '/' count as spaces too). It returns one Warning per
+// matching field, in card order, or nil.
 func InjectionWarnings(c *Card) []Warning {
 	var out []Warning
-	check := func(field, text string) {
-		for _, re := range injectionPatterns {
-			if m := re.FindString(text); m != "" {
-				out = append(out, Warning{Field: field, Phrase: truncate(m, 80)})
-				return
-			}
+	check := func(pointer, text string) {
+		if kind, ok := untrusted.Scan(text); ok {
+			out = append(out, Warning{Pointer: pointer, Kind: kind})
 		}
 	}
 	check("/name", c.Name)
 	check("/description", c.Description)
 	for i, s := range c.Skills {
-		p := fmt.Sprintf("/skills/%d", i)
+		p := "/skills/" + strconv.Itoa(i)
+		check(p+"/id", idSeparators.Replace(s.ID))
 		check(p+"/name", s.Name)
 		check(p+"/description", s.Description)
 		for j, t := range s.Tags {
-			check(fmt.Sprintf("%s/tags/%d", p, j), t)
+			check(p+"/tags/"+strconv.Itoa(j), t)
 		}
 		for j, e := range s.Examples {
-			check(fmt.Sprintf("%s/examples/%d", p, j), e)
+			check(p+"/examples/"+strconv.Itoa(j), e)
 		}
 	}
 	return out
 }
+
+// idSeparators makes the separators of key-style ids spaces, as Scan does
+// '_' and '-': in an id a '.' does not end a sentence
+// ("ignore.previous.instructions").
+var idSeparators = strings.NewReplacer(".", " ", "/", " ")

@@ -75,9 +75,9 @@ type AgentConfig struct {
 // under the agent id.
 //
 // Tenants, Delegable, NotDelegableReason, SignatureVerified, SignedForm,
-// SignaturePayload and LastRefusal are as the [Registry] reading the record
-// has them, from its own configuration and memory: the stored values are
-// the writer's, and are not read back.
+// SignaturePayload, Warnings and LastRefusal are as the [Registry] reading
+// the record has them, from its own configuration, scanner and memory: the
+// stored values are the writer's, and are not read back.
 type Record struct {
 	AgentID string `json:"agent_id"`
 	// Card is the last card the agent registered, in its A2A 1.0 form
@@ -122,9 +122,10 @@ type Record struct {
 	// published ("defaults-kept"); see [Verify].
 	SignedForm       CardForm    `json:"signed_form,omitempty"`
 	SignaturePayload PayloadForm `json:"signature_payload,omitempty"`
-	// Warnings flag card text phrased as instructions to a model
-	// ([InjectionWarnings]): for the operator's review. They do not change
-	// the status; card text reaches hosts as data either way.
+	// Warnings flag card text phrased as instructions to a model, each a
+	// JSON pointer into Card and a kind ([InjectionWarnings]): for the
+	// operator's review. They do not change the status; card text reaches
+	// hosts as data either way.
 	Warnings []Warning `json:"warnings,omitempty"`
 	// LastRefusal is the last card of the agent this registry refused, or
 	// failed to fetch ([Registry.NoteRefusal]); nil if none since it started.
@@ -197,15 +198,17 @@ type agentView struct {
 }
 
 // cardCheck is what a registry concluded of one stored card: whether its
-// NATS interfaces serve the agent, and whether its signatures verify with
-// the pinned keys. Both depend only on the card's bytes and the
-// configuration, so a check is cached per agent until its card changes.
+// NATS interfaces serve the agent, whether its signatures verify with the
+// pinned keys, and what its text is flagged for. All depend only on the
+// card's bytes, the configuration and the scanner, so a check is cached per
+// agent until its card changes.
 type cardCheck struct {
-	sum     [sha256.Size]byte // of the card, a NUL, the received card
-	binding string            // natsFault
-	signed  CardForm
-	payload PayloadForm
-	sigErr  error // nil when a signature verified
+	sum      [sha256.Size]byte // of the card, a NUL, the received card
+	binding  string            // natsFault
+	signed   CardForm
+	payload  PayloadForm
+	sigErr   error     // nil when a signature verified
+	warnings []Warning // InjectionWarnings; shared, clone before handing out
 }
 
 // NewRegistry creates or updates [Bucket] (file storage, history 5,
@@ -334,7 +337,7 @@ func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*R
 	var prev *Record // the record the last attempt of change read
 	rec, err := r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
 		prev = old
-		return r.registration(old, agentID, stored, received, card, fp, now), nil
+		return r.registration(old, agentID, stored, received, fp, now), nil
 	})
 	return rec, prev, err
 }
@@ -351,7 +354,7 @@ func compact(raw []byte) ([]byte, error) {
 // caused, and only those.
 const changedPrefix = "card changed since approval (approved "
 
-func (r *Registry) registration(old *Record, agentID string, raw, received []byte, card *Card, fp string, now time.Time) *Record {
+func (r *Registry) registration(old *Record, agentID string, raw, received []byte, fp string, now time.Time) *Record {
 	ac, configured := r.agents[agentID]
 	rec := &Record{AgentID: agentID, Card: raw, ReceivedCard: received, Fingerprint: fp, RegisteredAt: now, UpdatedAt: now}
 	if old != nil {
@@ -409,7 +412,6 @@ func (r *Registry) registration(old *Record, agentID string, raw, received []byt
 			rec.Changes = Changes(rec.ApprovedCard, rec.Card)
 		}
 	}
-	rec.Warnings = InjectionWarnings(card)
 	return rec
 }
 
@@ -432,18 +434,22 @@ const noCard = "no card registered yet"
 
 // view sets what rec says as this registry reads it (see [Record]): the
 // tenants, the signature check and the refusal from this registry's
-// configuration and memory, and from them whether the agent is delegable.
+// configuration and memory, and from them whether the agent is delegable;
+// the warnings from this registry's scanner, so that a record stored by an
+// older one (or before a kind was added) is flagged as a new one would be.
 func (r *Registry) view(rec *Record) {
 	ac := r.agents[rec.AgentID]
 	rec.Tenants = slices.Clone(ac.Tenants)
 	rec.LastRefusal = r.lastRefusal(rec.AgentID)
 	rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = false, "", ""
 	rec.Delegable, rec.NotDelegableReason = false, ""
+	rec.Warnings = nil
 	if len(rec.Card) == 0 {
 		rec.NotDelegableReason = noCard
 		return
 	}
 	c := r.check(rec.AgentID, rec.Card, rec.ReceivedCard)
+	rec.Warnings = slices.Clone(c.warnings)
 	if c.sigErr == nil {
 		rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = true, c.signed, c.payload
 	}
@@ -485,6 +491,9 @@ func (r *Registry) check(agentID string, card, received []byte) cardCheck {
 		c.binding = "stored card does not decode"
 	} else {
 		c.binding = natsFault(agentID, ifaces.SupportedInterfaces)
+	}
+	if parsed, _, err := decodeCard(card); err == nil {
+		c.warnings = InjectionWarnings(parsed)
 	}
 	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
 	r.mu.Lock()

@@ -110,7 +110,7 @@ type Warning struct {
 	// below such a key, is reported at the object that holds the key.
 	Pointer string `json:"pointer"`
 	// Kind is one of "instruction_override", "role_reassignment",
-	// "prompt_reference", "concealment", "role_tag".
+	// "prompt_reference", "concealment", "role_tag", "exfiltration".
 	Kind string `json:"kind"`
 }
 

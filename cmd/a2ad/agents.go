@@ -40,7 +40,7 @@ func newAgents() *cobra.Command {
 	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List every registered agent: status, fingerprint, delegable",
+		Short: "List every registered agent: status, delegable, fingerprint, flagged card fields",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var res struct {
@@ -54,12 +54,7 @@ func newAgents() *cobra.Command {
 				_, err := c.OutOrStdout().Write(raw)
 				return err
 			}
-			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tFINGERPRINT\tREASON")
-			for _, a := range res.Agents {
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", a.AgentID, a.Status, a.Delegable, a.Fingerprint, cmp.Or(a.StatusReason, a.NotDelegableReason))
-			}
-			return tw.Flush()
+			return printAgents(c.OutOrStdout(), res.Agents)
 		},
 	}
 	show := &cobra.Command{
@@ -159,6 +154,17 @@ store it like a password. It expires after --ttl (default 90 days, at most 400).
 	return cmd
 }
 
+// printAgents is `agents list`: one agent a line; WARNINGS is the number of
+// card fields phrased as instructions to a model (`agents show` says which).
+func printAgents(w io.Writer, agents []agentcard.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tFINGERPRINT\tWARNINGS\tREASON")
+	for _, a := range agents {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s\n", a.AgentID, a.Status, a.Delegable, a.Fingerprint, len(a.Warnings), cmp.Or(a.StatusReason, a.NotDelegableReason))
+	}
+	return tw.Flush()
+}
+
 func printAgent(w io.Writer, a *agentcard.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Agent:\t%s\n", a.AgentID)
@@ -182,8 +188,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	if len(a.Changes) > 0 {
 		fmt.Fprintf(tw, "Changed:\t%s (from the approved card; --json shows both)\n", strings.Join(a.Changes, ", "))
 	}
+	// Where and what kind only: the card below shows the text, as data.
 	for _, w := range a.Warnings {
-		fmt.Fprintf(tw, "Warning:\tcard text phrased as instructions to a model, %s\n", w)
+		fmt.Fprintf(tw, "Warning:\tcard text phrased as instructions to a model at %s (%s)\n", w.Pointer, w.Kind)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -12,6 +12,7 @@
 package untrusted
 
 import (
+	"math/bits"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,7 +66,9 @@ func (sc *scanner) scan() (string, bool) {
 				// Letters and digits are separate words ("instructions0"):
 				// patterns need no boundary after their last word.
 				if n > 0 {
-					present.add(lookup(lw[:n]))
+					if b, ok := lookup(lw[:n]); ok {
+						present.add(b)
+					}
 				}
 				n = 0
 			}
@@ -80,7 +83,9 @@ func (sc *scanner) scan() (string, bool) {
 			continue
 		}
 		if n > 0 {
-			present.add(lookup(lw[:n]))
+			if b, ok := lookup(lw[:n]); ok {
+				present.add(b)
+			}
 		}
 		n = 0
 		switch c {
@@ -93,11 +98,15 @@ func (sc *scanner) scan() (string, bool) {
 			}
 			start = i + 1
 		default:
-			present.add(charBits[c])
+			if isItemChar[c] {
+				present.add(charBits[c])
+			}
 		}
 	}
 	if n > 0 {
-		present.add(lookup(lw[:n]))
+		if b, ok := lookup(lw[:n]); ok {
+			present.add(b)
+		}
 	}
 	if present.empty() {
 		return "", false
@@ -105,24 +114,32 @@ func (sc *scanner) scan() (string, bool) {
 	return sc.sentence(present, start, len(s))
 }
 
-// lookup returns the bits of need word w (lowercase), or none.
-func lookup(w []byte) set {
+// lookup returns the bits of need word w (lowercase); false if it is none.
+func lookup(w []byte) (set, bool) {
 	if !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
-		return set{}
+		return set{}, false
 	}
-	return wordBits[string(w)]
+	b, ok := wordBits[string(w)]
+	return b, ok
 }
 
 // sentence tries, in order, every pattern whose needs present meets on the
 // sentence s[start:end], anchored at each of its lead items (every match
 // begins with one).
 func (sc *scanner) sentence(present set, start, end int) (string, bool) {
+	// The patterns a lead item of the sentence may begin, as bits of all.
+	var candidates uint64
+	for w, x := range present {
+		for x &= leadItems[w]; x != 0; x &= x - 1 {
+			candidates |= byLead[w*64+bits.TrailingZeros64(x)]
+		}
+	}
 	var (
 		buf   [16]leadAt
 		leads []leadAt // nil until a pattern is to run
 	)
-	for i := range all {
-		p := &all[i]
+	for ; candidates != 0; candidates &= candidates - 1 {
+		p := &all[bits.TrailingZeros64(candidates)]
 		if !p.metBy(present) {
 			continue
 		}
@@ -172,7 +189,7 @@ func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
 			}
 			// A word split off a digit run ("0SYSTEM") does not begin at a
 			// word boundary, where every pattern's lead word begins.
-			if b := lookup(lw[:j-i]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
+			if b, _ := lookup(lw[:j-i]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
 				dst = append(dst, leadAt{b, i})
 			}
 		}
@@ -181,13 +198,16 @@ func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
 	return dst
 }
 
-// set is a set of need items, one bit each (items share a bit beyond 128,
-// which only makes the filter looser).
-type set [2]uint64
+// set is a set of need items, one bit each (items share a bit beyond 256,
+// which only makes the filter looser: TestNeedItemsHaveTheirOwnBits keeps
+// them apart).
+type set [4]uint64
 
-func (a *set) add(b set)       { a[0] |= b[0]; a[1] |= b[1] }
-func (a set) empty() bool      { return a[0]|a[1] == 0 }
-func (a set) meets(b set) bool { return a[0]&b[0]|a[1]&b[1] != 0 }
+func (a *set) add(b set)  { a[0] |= b[0]; a[1] |= b[1]; a[2] |= b[2]; a[3] |= b[3] }
+func (a set) empty() bool { return a[0]|a[1]|a[2]|a[3] == 0 }
+func (a set) meets(b set) bool {
+	return a[0]&b[0]|a[1]&b[1]|a[2]&b[2]|a[3]&b[3] != 0
+}
 
 // compiled is a pattern with its need groups as sets, and its expression
 // anchored at the start of the text.
@@ -213,8 +233,13 @@ var (
 	all      []compiled // core then more
 	wordBits = map[string]set{}
 	charBits [256]set // for the characters need may list
-	// leadItems holds every item of a first need group.
+	// isItemChar is true for those characters, so the scan skips the rest
+	// without touching a set.
+	isItemChar [256]bool
+	// leadItems holds every item of a first need group; byLead[b] the
+	// patterns (bit i for all[i]) whose first group holds the item of bit b.
 	leadItems set
+	byLead    [len(set{}) * 64]uint64
 	// maybe[n][f][l] is true if some need word has length n, first
 	// character class f and last class l (see class).
 	maybe [maxWord + 1][37][37]bool
@@ -234,11 +259,15 @@ func init() {
 	next := 0
 	bit := func() set {
 		var b set
-		b[next/64%2] = 1 << (next % 64)
+		b[next/64%len(b)] = 1 << (next % 64)
 		next++
 		return b
 	}
-	for _, p := range slices.Concat(core, more) {
+	patterns := slices.Concat(core, more)
+	if len(patterns) > 64 {
+		panic("untrusted: more than 64 patterns: widen byLead")
+	}
+	for _, p := range patterns {
 		src, ok := strings.CutPrefix(p.re.String(), "(?i)")
 		if !ok {
 			panic("untrusted: pattern without (?i): " + p.re.String())
@@ -248,8 +277,8 @@ func init() {
 			var gs set
 			for _, w := range strings.Fields(g) {
 				if len(w) == 1 && strings.Contains("<|[#", w) {
-					if charBits[w[0]].empty() {
-						charBits[w[0]] = bit()
+					if !isItemChar[w[0]] {
+						charBits[w[0]], isItemChar[w[0]] = bit(), true
 					}
 					gs.add(charBits[w[0]])
 					continue
@@ -268,6 +297,11 @@ func init() {
 			}
 			if len(c.groups) == 0 {
 				leadItems.add(gs)
+				for w, x := range gs {
+					for ; x != 0; x &= x - 1 {
+						byLead[w*64+bits.TrailingZeros64(x)] |= 1 << len(all)
+					}
+				}
 			}
 			c.groups = append(c.groups, gs)
 		}
