@@ -101,6 +101,19 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 		t.Errorf("validations on %v goroutines, want %v", gs, want)
 	}
 
+	iso := rep.Isolation
+	if iso == nil {
+		t.Fatal("no isolation figures (--flood is on by default)")
+	}
+	for name, f := range map[string]benchFigures{"idle": iso.Idle, "flooded": iso.Flooded} {
+		if f.Concurrency != 1 || f.Ops <= 0 || f.P50us <= 0 || f.P99us < f.P50us || f.PerSecond <= 0 || f.CPUusPerOp <= 0 {
+			t.Errorf("isolation, %s: %+v, want concurrency 1 and every figure > 0", name, f)
+		}
+	}
+	if iso.FloodStoredPerSecond <= 0 || iso.P50Ratio != round(iso.Flooded.P50us/iso.Idle.P50us, 2) || iso.P99Ratio != round(iso.Flooded.P99us/iso.Idle.P99us, 2) {
+		t.Errorf("isolation: %+v, want a flood that was stored and ratios of the figures", iso)
+	}
+
 	del1, del64 := rep.Delegation[0], rep.Delegation[1]
 	wantTargets := []struct {
 		name     string
@@ -111,6 +124,8 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 		{"delegation p50 at concurrency 1", del1.P50us, 1000, false},
 		{"delegation p99 at concurrency 1", del1.P99us, 5000, false},
 		{"delegations per second at concurrency 64", del64.PerSecond, 3000, true},
+		{"delegation p50 while a hostile agent floods / idle", rep.Isolation.P50Ratio, 2, false},
+		{"delegation p99 while a hostile agent floods / idle", rep.Isolation.P99Ratio, 2, false},
 		{"delegation p50 / raw NATS p50 at concurrency 1", round(rep.Ratios[0].P50OverNATS, 2), 8, false},
 		{"delegation p50 / trivial MCP call p50 at concurrency 1", round(rep.Ratios[0].P50OverTrivial, 2), 3, false},
 	}

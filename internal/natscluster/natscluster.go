@@ -323,7 +323,7 @@ http: %q
 jetstream {
   store_dir: %q
   max_memory_store: 64MB
-  max_file_store: 1GB
+  max_file_store: 4GB
 }
 %s`, nd.name, listen, monitor, nd.store, cluster)
 }
