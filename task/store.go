@@ -99,11 +99,15 @@ func markOf(r *Record) writeMark {
 
 // Snapshot is what the watcher reports of one record.
 type Snapshot struct {
-	ID       string
-	AgentID  string
-	Deleted  bool
-	State    State
-	Deadline time.Time
+	ID      string
+	AgentID string
+	Deleted bool
+	// CreatedAt is when the task was created; Idempotent whether it has an
+	// idempotency key.
+	CreatedAt  time.Time
+	Idempotent bool
+	State      State
+	Deadline   time.Time
 	// OutboxAt is when the record's outbox may be delivered again; zero
 	// when the outbox is empty.
 	OutboxAt time.Time
@@ -172,10 +176,12 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
 		if !snap.Deleted {
 			var v struct {
-				AgentID  string    `json:"agent_id"`
-				State    State     `json:"state"`
-				Deadline time.Time `json:"deadline"`
-				Outbox   *struct {
+				AgentID        string    `json:"agent_id"`
+				CreatedAt      time.Time `json:"created_at"`
+				IdempotencyKey string    `json:"idempotency_key"`
+				State          State     `json:"state"`
+				Deadline       time.Time `json:"deadline"`
+				Outbox         *struct {
 					NotBefore time.Time `json:"not_before"`
 				} `json:"outbox"`
 			}
@@ -184,6 +190,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				continue // not a record a2ad wrote; Get reports it
 			}
 			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
+			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {

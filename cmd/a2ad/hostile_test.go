@@ -55,6 +55,10 @@ agents:
     trust_on_first_use: true
     limits:
       max_pending_bytes: 16777216
+  - id: flooder
+    tenants: [acme]
+    limits:
+      max_publishes_per_second: 1500
 `
 
 // rig is a2ad with the honest agent, the hostile one and a host of each
@@ -583,5 +587,40 @@ func TestHostileAuditStreamConfigIsFixed(t *testing.T) {
 	info, err := st.Info(context.Background())
 	if err != nil || info.Config.MaxAge != cfg.MaxAge || info.State.Msgs == 0 {
 		t.Fatalf("audit stream after the attempts: max_age %v (was %v), %d records, %v", info.Config.MaxAge, cfg.MaxAge, info.State.Msgs, err)
+	}
+}
+
+// Publishes JetStream refuses still cost the NATS server, and so a2ad's
+// process, CPU: an agent publishing as fast as it can, far beyond what its
+// stream takes, is disconnected by the embedded server and refused for a
+// while, and the honest tenant's delegations go on.
+func TestHostilePublishFlood(t *testing.T) {
+	r := startRig(t)
+	// The flooder may publish 1,500 messages a second (its events, 1,000
+	// a second, are refused beyond its backlog anyway).
+	flooder, err := hostile.Connect(r.d.NATS, "flooder", credential(t, r.d, "flooder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flooder.Close()
+	idle := r.delegations(10, "idle")
+	done := make(chan hostile.Stats, 1)
+	const flood = 6 * time.Second
+	go func() { done <- flooder.FloodUnknown(context.Background(), flood, 0) }()
+	var under []time.Duration
+	for until := time.Now().Add(flood - time.Second); time.Now().Before(until); {
+		under = append(under, r.delegations(1, fmt.Sprint("publish-flood-", len(under)))...)
+	}
+	st := <-done
+	t.Logf("flood: %s", st.String())
+	r.logLatency("publishing as fast as it can", idle, under)
+	if n := r.metric("a2ad_agent_publish_disconnects_total", `agent="flooder"`); n < 1 {
+		t.Errorf("a2ad_agent_publish_disconnects_total{agent=flooder} = %v, want the flooding agent disconnected", n)
+	}
+	if !strings.Contains(r.d.log.String(), "agent disconnected: it published faster than agent_limits.max_publishes_per_second") {
+		t.Error("the disconnection is not in the log")
+	}
+	if n := r.metric("a2ad_auth_failures_total", `edge="nats"`, `reason="barred"`); n < 1 {
+		t.Errorf("a2ad_auth_failures_total{edge=nats,reason=barred} = %v, want its reconnections refused while barred", n)
 	}
 }

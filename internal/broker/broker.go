@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
@@ -89,19 +90,23 @@ type Service struct {
 	// its outcome. It must not block.
 	OnDelegate func(ctx context.Context, d Delegation)
 	// IdempotencySecret keys the task ids derived from idempotency keys
-	// (HMAC-SHA256); every instance must share it. LegacyIdempotencyUntil
-	// is when the ids of earlier versions (a plain hash) stop being looked
-	// up for retries: a retry of a task delegated before the upgrade gets
-	// that task until then.
+	// (HMAC-SHA256); every instance must share it. IdempotencySince is
+	// when it was made: tasks with idempotency keys created before it have
+	// the ids of earlier versions (a plain hash), which a retry looks up
+	// too while the store holds such a task (the watcher saw one, [Track])
+	// and until LegacyIdempotencyUntil, so that a retry of a task delegated
+	// before the upgrade gets that task.
 	IdempotencySecret      []byte
+	IdempotencySince       time.Time
 	LegacyIdempotencyUntil time.Time
 	// Admission, if set, decides whether a new delegation may be stored
 	// (the JetStream store keeps room for the tasks already delegated).
 	Admission Admission
 
-	schedOnce sync.Once
-	sched     *scheduler
-	bg        sync.WaitGroup // background settles
+	schedOnce        sync.Once
+	sched            *scheduler
+	legacyIdempotent atomic.Bool    // the store holds a task of an earlier version with an idempotency key
+	bg               sync.WaitGroup // background settles
 }
 
 // Track is the task store's change callback ([task.NewStore]): it keeps the
@@ -109,6 +114,9 @@ type Service struct {
 // [Service.Run].
 func (s *Service) Track(sn task.Snapshot) {
 	s.scheduler().track(sn.ID, sn.AgentID, dueOf(sn))
+	if sn.Idempotent && !sn.Deleted && sn.CreatedAt.Before(s.IdempotencySince) {
+		s.legacyIdempotent.Store(true)
+	}
 }
 
 // Scheduled is the number of tasks whose deadline or outbox delivery this
@@ -232,7 +240,7 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 	id := newTaskID()
 	if req.IdempotencyKey != "" {
 		id = idempotentTaskID(s.IdempotencySecret, p.Tenant, req.IdempotencyKey)
-		if now.Before(s.LegacyIdempotencyUntil) {
+		if s.legacyIdempotent.Load() && now.Before(s.LegacyIdempotencyUntil) {
 			// A retry of a delegation an earlier version made gets its task.
 			legacy := legacyIdempotentTaskID(p.Tenant, req.IdempotencyKey)
 			if prev, err := s.Get(ctx, p, legacy); err == nil && prev.IdempotencyKey == req.IdempotencyKey {

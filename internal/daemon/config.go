@@ -102,6 +102,13 @@ type AgentLimits struct {
 	// value is also the one budget that registrations without a verified
 	// credential share. Negative is a configuration error. Default 12.
 	RegistrationsPerMinute int `yaml:"registrations_per_minute"`
+	// MaxPublishesPerSecond bounds the messages one agent connection
+	// publishes per second on the embedded server — events, replies and
+	// registrations, stored or refused alike, since each costs the server
+	// CPU: a connection over it two seconds in a row is disconnected and
+	// its agent refused for 10 s. Default 10000. An external NATS server
+	// has its own means (accounts, network limits).
+	MaxPublishesPerSecond float64 `yaml:"max_publishes_per_second"`
 }
 
 // DefaultAgentLimits are the limits of an agent that neither agent_limits
@@ -109,7 +116,7 @@ type AgentLimits struct {
 var DefaultAgentLimits = AgentLimits{
 	EventsPerSecond: task.DefaultEventLimits.PerSecond, EventsBurst: task.DefaultEventLimits.Burst,
 	MaxEventBytes: task.DefaultEventLimits.MaxEventBytes, MaxPendingEvents: task.DefaultEventLimits.MaxPending,
-	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12,
+	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12, MaxPublishesPerSecond: 10_000,
 }
 
 // events are the limits of l that bound the agent's events.
@@ -126,6 +133,7 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	l.MaxPendingEvents = cmp.Or(l.MaxPendingEvents, d.MaxPendingEvents)
 	l.MaxPendingBytes = cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
 	l.RegistrationsPerMinute = cmp.Or(l.RegistrationsPerMinute, d.RegistrationsPerMinute)
+	l.MaxPublishesPerSecond = cmp.Or(l.MaxPublishesPerSecond, d.MaxPublishesPerSecond)
 	return l
 }
 
@@ -146,6 +154,8 @@ func (l AgentLimits) Check(prefix string) error {
 		return fmt.Errorf("config: %s.max_pending_bytes %d: want at least max_event_bytes (%d)", prefix, l.MaxPendingBytes, l.MaxEventBytes)
 	case l.RegistrationsPerMinute < 1:
 		return fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute)
+	case l.MaxPublishesPerSecond < l.EventsPerSecond:
+		return fmt.Errorf("config: %s.max_publishes_per_second %v: want at least events_per_second (%v)", prefix, l.MaxPublishesPerSecond, l.EventsPerSecond)
 	}
 	return nil
 }
@@ -165,6 +175,22 @@ func (c Config) checkLimits() error {
 		}
 	}
 	return nil
+}
+
+// publishLimits are the max_publishes_per_second of each configured agent
+// and of any other (agent_limits).
+func publishLimits(c Config) func(agentID string) float64 {
+	def := c.AgentLimits.Or(DefaultAgentLimits)
+	per := map[string]float64{}
+	for _, a := range c.Agents {
+		per[a.ID] = a.Limits.Or(def).MaxPublishesPerSecond
+	}
+	return func(agentID string) float64 {
+		if l, ok := per[agentID]; ok {
+			return l
+		}
+		return def.MaxPublishesPerSecond
+	}
 }
 
 // StorageConfig is what a2ad keeps of the JetStream store.

@@ -65,6 +65,7 @@ type Daemon struct {
 	log     *slog.Logger
 	obs     *observer
 	storage *storageMonitor
+	bars    embedded.Bars // agents the publish guard disconnected
 	// registrations rate-limit registrations per agent.
 	registrations *registrationLimits
 	// aggregate bounds the records and log lines about one agent's
@@ -125,7 +126,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer auditAdmin.Revoke() // used once below, at most; never after Start
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
-			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent,
+			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
 				// An agent retrying every second with a bad credential
@@ -229,7 +230,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	limitsOfBriefs := brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}.WithDefaults()
 	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
 		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow,
-		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey,
+		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey, IdempotencySince: idemSince,
 		// Tasks of earlier versions are found by their ids for as long as
 		// one delegated before the key existed may still run.
 		LegacyIdempotencyUntil: idemSince.Add(time.Duration(limitsOfBriefs.MaxDeadlineSeconds) * time.Second)}
@@ -289,6 +290,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer d.wg.Done()
 		d.storage.run(runCtx)
 	}()
+	if d.ns != nil {
+		publishLimit := publishLimits(cfg)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			embedded.GuardPublishes(runCtx, d.ns, &d.bars, publishLimit, func(agent string, rate float64, barred time.Duration) {
+				d.obs.agentDisconnected(agent)
+				log.Warn("agent disconnected: it published faster than agent_limits.max_publishes_per_second; refused for a while",
+					"agent", agent, "per_second", int(rate), "limit", publishLimit(agent), "refused_for", barred)
+			})
+		}()
+	}
 	d.registrations = newRegistrationLimits(cfg)
 	d.wg.Add(1)
 	go func() {

@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -822,4 +824,45 @@ func TestBadCardURLIsRefusedAtStart(t *testing.T) {
 			t.Errorf("card_url %s: %v, want a *CardURLError after %q, password redacted", url, err, want)
 		}
 	}
+}
+
+// A task delegated with an idempotency key by an earlier a2ad has the id
+// it derived with a plain hash; a retry after the upgrade still gets that
+// task, while new tasks get ids keyed with the shared secret.
+func TestIdempotentRetryFindsATaskOfAnEarlierVersion(t *testing.T) {
+	s := start(t, nil)
+	args := delegateArgs(evidence("C-61", 1999))
+	args["idempotency_key"] = "fresh-key"
+	fresh, errText := s.call(t, "delegate", args, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	rec, _, err := s.d.Service.Tasks.Get(context.Background(), fresh.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.TaskID == plainHashID("default", "fresh-key") {
+		t.Fatalf("a new task's id %s is the plain hash of its key", fresh.TaskID)
+	}
+	key := "legacy-key"
+	legacyID := plainHashID("default", key)
+	old := rec.Clone()
+	old.ID, old.IdempotencyKey, old.CreatedAt = legacyID, key, time.Now().Add(-time.Hour).UTC()
+	old.Outbox = nil
+	if err := s.d.Service.Tasks.Create(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the store's watcher sees it
+	args["idempotency_key"] = key
+	again, errText := s.call(t, "delegate", args, nil)
+	if errText != "" || again.TaskID != legacyID {
+		t.Fatalf("retry with the earlier version's key: %s %q, want task %s", errText, again.TaskID, legacyID)
+	}
+}
+
+// plainHashID is the task id earlier versions derived from an idempotency
+// key: a SHA-256 anyone could compute.
+func plainHashID(tenant, key string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key))
+	return "tsk-" + hex.EncodeToString(h[:12])
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/metrics"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -212,6 +213,11 @@ func (o *observer) eventDropped(agentID, reason string) {
 	o.m.EventsTerminated.WithLabelValues(agentID, reason).Inc()
 }
 
+// agentDisconnected counts an agent the publish guard disconnected.
+func (o *observer) agentDisconnected(agentID string) {
+	o.m.AgentsDisconnected.WithLabelValues(agentID).Inc()
+}
+
 // httpRefused counts a refused host token.
 func (o *observer) httpRefused(reason string) {
 	o.m.AuthFailures.WithLabelValues("http", reason).Inc()
@@ -231,6 +237,8 @@ func natsRefusalCode(err error) string {
 		return "wrong_password"
 	case strings.Contains(msg, "a2ad is starting"):
 		return "starting"
+	case errors.Is(err, embedded.ErrBarred):
+		return "barred"
 	}
 	return "refused"
 }

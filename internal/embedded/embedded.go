@@ -42,6 +42,9 @@ type Options struct {
 	AuditAdmin *AuditAdmin
 	// VerifyAgent checks agent credentials (nil: every agent is refused).
 	VerifyAgent VerifyAgentFunc
+	// Bars, if set, are agents refused at connect for a while
+	// ([GuardPublishes]).
+	Bars *Bars
 	// AuthRefused, if set, is told of each refused connection (remote
 	// address and reason; never the credential).
 	AuthRefused func(remote string, err error)
@@ -182,6 +185,7 @@ type auth struct {
 	password string
 	admin    *AuditAdmin
 	verify   VerifyAgentFunc
+	bars     *Bars
 	refused  func(remote string, err error)
 }
 
@@ -228,6 +232,10 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 	}
 	if o.Username != "" && o.Username != id {
 		a.fail(c, fmt.Errorf("user %q is not the credential's agent id %q", o.Username, id))
+		return false
+	}
+	if until, ok := a.bars.barred(id); ok {
+		a.fail(c, fmt.Errorf("%w: agent %s may connect again at %s", ErrBarred, id, until.UTC().Format(time.RFC3339)))
 		return false
 	}
 	c.RegisterUser(&server.User{Username: id, Permissions: AgentPermissions(id), ConnectionDeadline: exp})
@@ -289,7 +297,7 @@ func Start(o Options) (*server.Server, error) {
 		MaxPayload:         1 << 20,
 	}
 	if o.DaemonPassword != "" {
-		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, refused: o.AuthRefused}
+		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, bars: o.Bars, refused: o.AuthRefused}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -60,6 +60,10 @@ type Metrics struct {
 	// unknown_task, foreign_task, malformed, out_of_bounds, record_full,
 	// undeliverable, bad_subject).
 	EventsTerminated *prometheus.CounterVec
+	// AgentsDisconnected counts agent connections the embedded server's
+	// publish guard closed (agent_limits.max_publishes_per_second), by
+	// agent.
+	AgentsDisconnected *prometheus.CounterVec
 	// Registrations counts agents' registrations (a2a.registry.register)
 	// by the agent id of their verified credential ("" without one) and
 	// outcome: the resulting status (approved, pending, quarantined), the
@@ -102,13 +106,15 @@ func New() *Metrics {
 		Help: "Refused credentials by edge (http: host bearer tokens, nats: agent credentials) and reason."}, []string{"edge", "reason"})
 	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
+	m.AgentsDisconnected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_agent_publish_disconnects_total",
+		Help: "Agent connections the embedded NATS server closed for publishing faster than max_publishes_per_second, by agent."}, []string{"agent"})
 	m.EventsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_events_terminated_total",
 		Help: "Agent events removed from their stream without being applied (they never can be), by agent and reason."}, []string{"agent", "reason"})
 	m.Registrations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_registrations_total",
 		Help: "Agent registrations by the agent id of their verified credential (empty without one) and outcome: the resulting status or the refusal code."},
 		[]string{"agent", "outcome"})
 	for _, c := range []prometheus.Collector{m.Delegations, m.DelegateSeconds, m.Transitions, m.TransitionsRefused, m.TasksEnded,
-		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.EventsTerminated, m.Registrations} {
+		m.FirstResponseSeconds, m.CompletionSeconds, m.ArtifactVerdicts, m.AuthFailures, m.Tasks, m.EventsTerminated, m.AgentsDisconnected, m.Registrations} {
 		f(c)
 	}
 	for _, st := range []string{"submitted", "working", "input-required", "auth-required"} {
