@@ -574,8 +574,7 @@ type Readiness struct {
 // bucket reachable (a stream info request, at most 2 s), every stored task
 // tracked, and room in the store for new tasks.
 func (d *Daemon) Ready(ctx context.Context) Readiness {
-	rd := Readiness{NATS: d.nc.Status().String(), OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled(), KV: "ok",
-		Audit: d.Audit.Health()}
+	rd := Readiness{OpenTasks: d.Service.Tasks.Open(), Scheduled: d.Service.Scheduled(), KV: "ok", Audit: d.Audit.Health()}
 	select {
 	case <-d.Service.Tasks.Loaded():
 		rd.Loaded = true
@@ -591,6 +590,9 @@ func (d *Daemon) Ready(ctx context.Context) Readiness {
 		}
 	}
 	rd.Storage, rd.AcceptingDelegations = d.storage.status()
+	// After the ping: a connection whose server just went is noticed by
+	// the time the ping has failed.
+	rd.NATS = d.nc.Status().String()
 	rd.Ready = rd.Loaded && d.nc.IsConnected() && rd.KV == "ok" && rd.AcceptingDelegations
 	return rd
 }

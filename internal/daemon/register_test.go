@@ -223,8 +223,10 @@ func TestRegistrationFloodKeepsTenantsAuditRecords(t *testing.T) {
 		Audit: audit.Config{MaxBytes: 256 << 10}, // 30,000 records are about 10 MiB
 		Agents: []daemon.AgentConfig{
 			{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}},
+			// Every registration reaches the card check (and the
+			// aggregation), however fast they come.
 			{AgentConfig: agentcard.AgentConfig{ID: "flood", Tenants: []string{"default"}},
-				Limits: daemon.AgentLimits{RegistrationsPerMinute: 100_000}},
+				Limits: daemon.AgentLimits{RegistrationsPerMinute: 100_000, MaxPublishesPerSecond: 1e7}},
 		}}
 	ctx := context.Background()
 	d, err := daemon.Start(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)), false)
