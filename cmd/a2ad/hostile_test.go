@@ -614,13 +614,73 @@ func TestHostilePublishFlood(t *testing.T) {
 	st := <-done
 	t.Logf("flood: %s", st.String())
 	r.logLatency("publishing as fast as it can", idle, under)
-	if n := r.metric("a2ad_agent_publish_disconnects_total", `agent="flooder"`); n < 1 {
-		t.Errorf("a2ad_agent_publish_disconnects_total{agent=flooder} = %v, want the flooding agent disconnected", n)
+	if n := r.metric("a2ad_agent_disconnects_total", `agent="flooder"`, `reason="publish_rate"`); n < 1 {
+		t.Errorf("a2ad_agent_disconnects_total{agent=flooder,reason=publish_rate} = %v, want the flooding agent disconnected", n)
 	}
-	if !strings.Contains(r.d.log.String(), "agent disconnected: it published faster than agent_limits.max_publishes_per_second") {
+	if !strings.Contains(r.d.log.String(), "agent connection closed: over its agent_limits") {
 		t.Error("the disconnection is not in the log")
 	}
 	if n := r.metric("a2ad_auth_failures_total", `edge="nats"`, `reason="barred"`); n < 1 {
 		t.Errorf("a2ad_auth_failures_total{edge=nats,reason=barred} = %v, want its reconnections refused while barred", n)
 	}
+}
+
+// An agent's connections and subscriptions cost the server memory and file
+// descriptors: beyond max_connections the newest are closed, and a
+// connection with more than max_subscriptions is closed and its agent
+// refused for a while.
+func TestHostileConnectionsAndSubscriptions(t *testing.T) {
+	r := startRig(t)
+	cred := credential(t, r.d, "mallory")
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	for range 80 {
+		nc, err := nats.Connect(r.d.NATS, nats.Token(cred), nats.CustomInboxPrefix("_INBOX_mallory"), nats.NoReconnect())
+		if err == nil {
+			conns = append(conns, nc)
+		}
+	}
+	eventually(t, "connections beyond max_connections closed", 10*time.Second, func() bool {
+		open := 0
+		for _, nc := range conns {
+			if nc.IsConnected() {
+				open++
+			}
+		}
+		return open <= 64
+	})
+	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="connections"`); n < 1 && len(conns) > 64 {
+		t.Errorf("a2ad_agent_disconnects_total{reason=connections} = %v", n)
+	}
+	r.delegations(2, "many-connections")
+	for _, nc := range conns {
+		nc.Close()
+	}
+	conns = nil
+
+	var subs *nats.Conn
+	eventually(t, "a connection accepted again once the others closed", 10*time.Second, func() bool {
+		var err error
+		subs, err = nats.Connect(r.d.NATS, nats.Token(cred), nats.CustomInboxPrefix("_INBOX_mallory"), nats.NoReconnect())
+		return err == nil
+	})
+	conns = append(conns, subs)
+	for i := range 5000 {
+		if _, err := subs.Subscribe(fmt.Sprintf("a2a.agent.mallory.x%d", i), func(*nats.Msg) {}); err != nil {
+			break
+		}
+	}
+	_ = subs.Flush()
+	eventually(t, "the connection with 5,000 subscriptions closed", 10*time.Second, func() bool { return !subs.IsConnected() })
+	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="subscriptions"`); n != 1 {
+		t.Errorf("a2ad_agent_disconnects_total{reason=subscriptions} = %v, want 1", n)
+	}
+	if _, err := nats.Connect(r.d.NATS, nats.Token(cred), nats.NoReconnect()); err == nil {
+		t.Error("mallory connected again at once, want it refused for a while")
+	}
+	r.delegations(2, "after-subscriptions")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
@@ -109,6 +110,15 @@ type AgentLimits struct {
 	// its agent refused for 10 s. Default 10000. An external NATS server
 	// has its own means (accounts, network limits).
 	MaxPublishesPerSecond float64 `yaml:"max_publishes_per_second"`
+	// MaxConnections bounds the agent's connections to the embedded
+	// server at once (replicas of one agent each hold one); beyond, the
+	// newest are closed and more refused. Default 64.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxSubscriptions bounds the subscriptions of one agent connection
+	// on the embedded server (an agent needs a few: its RPC subject and
+	// its inbox); a connection over it is closed and its agent refused
+	// for a while. Default 1024.
+	MaxSubscriptions int `yaml:"max_subscriptions"`
 }
 
 // DefaultAgentLimits are the limits of an agent that neither agent_limits
@@ -117,6 +127,7 @@ var DefaultAgentLimits = AgentLimits{
 	EventsPerSecond: task.DefaultEventLimits.PerSecond, EventsBurst: task.DefaultEventLimits.Burst,
 	MaxEventBytes: task.DefaultEventLimits.MaxEventBytes, MaxPendingEvents: task.DefaultEventLimits.MaxPending,
 	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12, MaxPublishesPerSecond: 10_000,
+	MaxConnections: 64, MaxSubscriptions: 1024,
 }
 
 // events are the limits of l that bound the agent's events.
@@ -134,6 +145,8 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	l.MaxPendingBytes = cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
 	l.RegistrationsPerMinute = cmp.Or(l.RegistrationsPerMinute, d.RegistrationsPerMinute)
 	l.MaxPublishesPerSecond = cmp.Or(l.MaxPublishesPerSecond, d.MaxPublishesPerSecond)
+	l.MaxConnections = cmp.Or(l.MaxConnections, d.MaxConnections)
+	l.MaxSubscriptions = cmp.Or(l.MaxSubscriptions, d.MaxSubscriptions)
 	return l
 }
 
@@ -156,6 +169,10 @@ func (l AgentLimits) Check(prefix string) error {
 		return fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute)
 	case l.MaxPublishesPerSecond < l.EventsPerSecond:
 		return fmt.Errorf("config: %s.max_publishes_per_second %v: want at least events_per_second (%v)", prefix, l.MaxPublishesPerSecond, l.EventsPerSecond)
+	case l.MaxConnections < 1:
+		return fmt.Errorf("config: %s.max_connections %d: want at least 1", prefix, l.MaxConnections)
+	case l.MaxSubscriptions < 16:
+		return fmt.Errorf("config: %s.max_subscriptions %d: want at least 16", prefix, l.MaxSubscriptions)
 	}
 	return nil
 }
@@ -177,19 +194,22 @@ func (c Config) checkLimits() error {
 	return nil
 }
 
-// publishLimits are the max_publishes_per_second of each configured agent
-// and of any other (agent_limits).
-func publishLimits(c Config) func(agentID string) float64 {
+// connectionLimits are, for each configured agent and for any other
+// (agent_limits), what the embedded server holds its connections to.
+func connectionLimits(c Config) func(agentID string) embedded.AgentLimits {
 	def := c.AgentLimits.Or(DefaultAgentLimits)
-	per := map[string]float64{}
-	for _, a := range c.Agents {
-		per[a.ID] = a.Limits.Or(def).MaxPublishesPerSecond
+	of := func(l AgentLimits) embedded.AgentLimits {
+		return embedded.AgentLimits{PublishesPerSecond: l.MaxPublishesPerSecond, Connections: l.MaxConnections, Subscriptions: l.MaxSubscriptions}
 	}
-	return func(agentID string) float64 {
+	per := map[string]embedded.AgentLimits{}
+	for _, a := range c.Agents {
+		per[a.ID] = of(a.Limits.Or(def))
+	}
+	return func(agentID string) embedded.AgentLimits {
 		if l, ok := per[agentID]; ok {
 			return l
 		}
-		return def.MaxPublishesPerSecond
+		return of(def)
 	}
 }
 

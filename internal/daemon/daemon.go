@@ -291,14 +291,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		d.storage.run(runCtx)
 	}()
 	if d.ns != nil {
-		publishLimit := publishLimits(cfg)
+		limits := connectionLimits(cfg)
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			embedded.GuardPublishes(runCtx, d.ns, &d.bars, publishLimit, func(agent string, rate float64, barred time.Duration) {
-				d.obs.agentDisconnected(agent)
-				log.Warn("agent disconnected: it published faster than agent_limits.max_publishes_per_second; refused for a while",
-					"agent", agent, "per_second", int(rate), "limit", publishLimit(agent), "refused_for", barred)
+			embedded.GuardAgents(runCtx, d.ns, &d.bars, limits, func(agent, reason string, measured float64, barred time.Duration) {
+				d.obs.agentDisconnected(agent, reason)
+				d.aggregate.logAttrs("guard: "+agent, slog.LevelWarn, "agent connection closed: over its agent_limits", "agent", agent,
+					"reason", reason, "measured", int(measured), "refused_for", barred)
 			})
 		}()
 	}

@@ -213,9 +213,10 @@ func (o *observer) eventDropped(agentID, reason string) {
 	o.m.EventsTerminated.WithLabelValues(agentID, reason).Inc()
 }
 
-// agentDisconnected counts an agent the publish guard disconnected.
-func (o *observer) agentDisconnected(agentID string) {
-	o.m.AgentsDisconnected.WithLabelValues(agentID).Inc()
+// agentDisconnected counts an agent connection the embedded server's
+// guard closed.
+func (o *observer) agentDisconnected(agentID, reason string) {
+	o.m.AgentsDisconnected.WithLabelValues(agentID, reason).Inc()
 }
 
 // httpRefused counts a refused host token.

@@ -42,8 +42,8 @@ type Options struct {
 	AuditAdmin *AuditAdmin
 	// VerifyAgent checks agent credentials (nil: every agent is refused).
 	VerifyAgent VerifyAgentFunc
-	// Bars, if set, are agents refused at connect for a while
-	// ([GuardPublishes]).
+	// Bars, if set, are agents refused at connect for a while, or while
+	// they hold as many connections as they may ([GuardAgents]).
 	Bars *Bars
 	// AuthRefused, if set, is told of each refused connection (remote
 	// address and reason; never the credential).
@@ -236,6 +236,10 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 	}
 	if until, ok := a.bars.barred(id); ok {
 		a.fail(c, fmt.Errorf("%w: agent %s may connect again at %s", ErrBarred, id, until.UTC().Format(time.RFC3339)))
+		return false
+	}
+	if a.bars.atConnectionLimit(id) {
+		a.fail(c, fmt.Errorf("%w: agent %s has as many connections as agent_limits.max_connections allows", ErrBarred, id))
 		return false
 	}
 	c.RegisterUser(&server.User{Username: id, Permissions: AgentPermissions(id), ConnectionDeadline: exp})

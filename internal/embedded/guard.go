@@ -9,15 +9,16 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// ErrBarred is wrapped by the refusal of an agent barred for publishing
-// faster than its limit.
-var ErrBarred = errors.New("agent barred for publishing faster than its limit")
+// ErrBarred is wrapped by the refusal of an agent's connection while the
+// agent is barred ([GuardAgents]).
+var ErrBarred = errors.New("agent refused for a while: it went over its agent_limits")
 
 // Bars are the agent ids the embedded server refuses at connect until a
-// time: agents [GuardPublishes] disconnected. The zero value is ready.
+// time: agents [GuardAgents] disconnected. The zero value is ready.
 type Bars struct {
 	mu    sync.Mutex
 	until map[string]bar
+	full  map[string]bool // agents at their connection limit, as last seen
 }
 
 type bar struct {
@@ -49,6 +50,30 @@ func (b *Bars) Bar(agentID string) time.Duration {
 	return d
 }
 
+// setConnections notes which agents are at their connection limit.
+func (b *Bars) setConnections(conns map[string]int, limits func(string) AgentLimits) {
+	full := map[string]bool{}
+	for agent, n := range conns {
+		if l := limits(agent).Connections; l > 0 && n >= l {
+			full[agent] = true
+		}
+	}
+	b.mu.Lock()
+	b.full = full
+	b.mu.Unlock()
+}
+
+// atConnectionLimit reports whether agentID had as many connections as it
+// may at the guard's last look.
+func (b *Bars) atConnectionLimit(agentID string) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.full[agentID]
+}
+
 // barred reports whether agentID is refused now, and until when.
 func (b *Bars) barred(agentID string) (time.Time, bool) {
 	if b == nil {
@@ -60,7 +85,7 @@ func (b *Bars) barred(agentID string) (time.Time, bool) {
 	return x.until, ok && time.Now().Before(x.until)
 }
 
-// Publish guard timing: rates are measured every guardEvery, and a
+// Guard timing: rates are measured every guardEvery, and a
 // connection over its limit in guardStrikes measurements in a row (a
 // second) is disconnected; its agent is then refused for BarFor, doubling
 // up to BarMax while it floods again within BarForget of its last bar.
@@ -72,16 +97,43 @@ const (
 	BarForget    = 10 * time.Minute
 )
 
-// GuardPublishes measures, every half second until ctx ends, the messages
-// each agent connection of s publishes per second (events, replies,
-// registrations, refused publishes alike), and disconnects one that
-// published more than limit(agent id) a second for a second; its agent
-// is refused at connect for a while (see [Bars.Bar]), then may come back.
-// onBar (may be nil) is told of each, with the rate and the bar. The NATS server has no rate
-// limit of its own, and every message costs it, and so a2ad, CPU whether
-// JetStream stores or refuses it: this bounds what one agent can cost.
-// limit ≤ 0 means no limit for that agent.
-func GuardPublishes(ctx context.Context, s *server.Server, bars *Bars, limit func(agentID string) float64, onBar func(agentID string, rate float64, barred time.Duration)) {
+// AgentLimits are what [GuardAgents] holds one agent's connections to;
+// a zero field is no limit.
+type AgentLimits struct {
+	// PublishesPerSecond bounds the messages one connection publishes a
+	// second (events, replies, registrations, refused ones alike).
+	PublishesPerSecond float64
+	// Connections bounds the agent's connections at once.
+	Connections int
+	// Subscriptions bounds the subscriptions of one connection.
+	Subscriptions int
+}
+
+// Reasons of a disconnection by [GuardAgents].
+const (
+	DisconnectPublishRate   = "publish_rate"
+	DisconnectSubscriptions = "subscriptions"
+	DisconnectConnections   = "connections"
+)
+
+// GuardAgents holds every agent connection of s to its agent's limits
+// until ctx ends, looking every half second. The NATS server has no rate
+// or per-user limits of its own for configured users, and every message,
+// subscription and connection costs it — and so a2ad's process — CPU and
+// memory whether JetStream stores the message or refuses it: this bounds
+// what one agent can cost, and so what it can take from the others.
+//
+//   - a connection that published more than PublishesPerSecond a second,
+//     for a second, or that holds more than Subscriptions subscriptions, is
+//     closed, and its agent refused at connect for a while ([Bars.Bar]);
+//   - beyond Connections connections of one agent, the newest are closed
+//     (and, until the next look, more are refused at connect).
+//
+// onDisconnect (may be nil) is told of each closed connection: the agent,
+// the reason (Disconnect…), the measured rate or count, and how long the
+// agent is barred (0: not barred).
+func GuardAgents(ctx context.Context, s *server.Server, bars *Bars, limits func(agentID string) AgentLimits,
+	onDisconnect func(agentID, reason string, measured float64, barred time.Duration)) {
 	type seen struct {
 		msgs    int64
 		at      time.Time
@@ -90,40 +142,60 @@ func GuardPublishes(ctx context.Context, s *server.Server, bars *Bars, limit fun
 	last := map[uint64]seen{}
 	t := time.NewTicker(guardEvery)
 	defer t.Stop()
+	disconnect := func(agent string, cid uint64, reason string, measured float64, bar bool) {
+		var d time.Duration
+		if bar {
+			d = bars.Bar(agent)
+		}
+		_ = s.DisconnectClientByID(cid)
+		if onDisconnect != nil {
+			onDisconnect(agent, reason, measured, d)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		cz, err := s.Connz(&server.ConnzOptions{Username: true, Limit: 1 << 20})
+		cz, err := s.Connz(&server.ConnzOptions{Username: true, Limit: 1 << 20, Sort: server.ByStart})
 		if err != nil {
 			continue
 		}
 		now := time.Now()
 		next := make(map[uint64]seen, len(cz.Conns))
-		for _, c := range cz.Conns {
+		conns := map[string]int{}
+		for _, c := range cz.Conns { // oldest first
 			agent := c.AuthorizedUser
 			if agent == "" || agent == DaemonUser || agent == AuditAdminUser {
+				continue
+			}
+			l := limits(agent)
+			if conns[agent]++; l.Connections > 0 && conns[agent] > l.Connections {
+				disconnect(agent, c.Cid, DisconnectConnections, float64(conns[agent]), false)
+				conns[agent]--
+				continue
+			}
+			if l.Subscriptions > 0 && int(c.NumSubs) > l.Subscriptions {
+				disconnect(agent, c.Cid, DisconnectSubscriptions, float64(c.NumSubs), true)
+				conns[agent]--
 				continue
 			}
 			cur := seen{msgs: c.InMsgs, at: now}
 			if prev, ok := last[c.Cid]; ok {
 				rate := float64(c.InMsgs-prev.msgs) / now.Sub(prev.at).Seconds()
-				if l := limit(agent); l > 0 && rate > l {
+				if l.PublishesPerSecond > 0 && rate > l.PublishesPerSecond {
 					cur.strikes = prev.strikes + 1
 				}
 				if cur.strikes >= guardStrikes {
-					d := bars.Bar(agent)
-					_ = s.DisconnectClientByID(c.Cid)
-					if onBar != nil {
-						onBar(agent, rate, d)
-					}
+					disconnect(agent, c.Cid, DisconnectPublishRate, rate, true)
+					conns[agent]--
 					continue
 				}
 			}
 			next[c.Cid] = cur
 		}
 		last = next
+		bars.setConnections(conns, limits)
 	}
 }

@@ -60,9 +60,9 @@ type Metrics struct {
 	// unknown_task, foreign_task, malformed, out_of_bounds, record_full,
 	// undeliverable, bad_subject).
 	EventsTerminated *prometheus.CounterVec
-	// AgentsDisconnected counts agent connections the embedded server's
-	// publish guard closed (agent_limits.max_publishes_per_second), by
-	// agent.
+	// AgentsDisconnected counts agent connections the embedded server
+	// closed for going over their agent_limits, by agent and reason
+	// (publish_rate, subscriptions, connections).
 	AgentsDisconnected *prometheus.CounterVec
 	// Registrations counts agents' registrations (a2a.registry.register)
 	// by the agent id of their verified credential ("" without one) and
@@ -106,8 +106,8 @@ func New() *Metrics {
 		Help: "Refused credentials by edge (http: host bearer tokens, nats: agent credentials) and reason."}, []string{"edge", "reason"})
 	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
-	m.AgentsDisconnected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_agent_publish_disconnects_total",
-		Help: "Agent connections the embedded NATS server closed for publishing faster than max_publishes_per_second, by agent."}, []string{"agent"})
+	m.AgentsDisconnected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_agent_disconnects_total",
+		Help: "Agent connections the embedded NATS server closed for going over their agent_limits, by agent and reason (publish_rate, subscriptions, connections)."}, []string{"agent", "reason"})
 	m.EventsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_events_terminated_total",
 		Help: "Agent events removed from their stream without being applied (they never can be), by agent and reason."}, []string{"agent", "reason"})
 	m.Registrations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_registrations_total",
