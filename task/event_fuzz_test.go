@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/a2ad/a2ad"
-	"github.com/a2ad/a2ad/artifact"
 )
 
 // FuzzEvent feeds whole events — subject, Nats-Msg-Id header and body —
@@ -35,14 +32,7 @@ func FuzzEvent(f *testing.F) {
 	} {
 		f.Add(s.subject, s.msgID, []byte(s.body), uint8(0))
 	}
-	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
-	if err != nil {
-		f.Fatal(err)
-	}
-	schemas, err := artifact.NewCatalog(reg, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
+	schemas := builtinSchemas(f)
 	tr := &Tracker{Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	states := []State{Submitted, Working, InputRequired, AuthRequired, Completed, Failed}
 	f.Fuzz(func(t *testing.T, subject, msgID string, body []byte, from uint8) {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/a2ad/a2ad"
-	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -138,14 +136,7 @@ func TestCachedReadGapIsCheckedInTheStore(t *testing.T) {
 
 func trackerOn(t *testing.T, s *Store) *Tracker {
 	t.Helper()
-	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	schemas, err := artifact.NewCatalog(reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schemas := builtinSchemas(t)
 	return &Tracker{Store: s, Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 

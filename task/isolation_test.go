@@ -200,19 +200,6 @@ func publish(t *testing.T, js jetstream.JetStream, subject, msgID, body string) 
 	}
 }
 
-func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
-	t.Helper()
-	st, err := js.Stream(context.Background(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // Events that can never apply are terminated: they leave the agent's
 // stream and are counted, and are never redelivered again. An event for
 // a task that does not exist goes after its second delivery.
@@ -223,7 +210,7 @@ func TestEventsThatNeverApplyLeaveTheStream(t *testing.T) {
 	publish(t, js, "a2a.events.mallory.t1", "t1.1", completed) // t1 is fraud-review's
 	publish(t, js, "a2a.events.fraud-review.t1", "t1.1", `{"nope":1}`)
 	waitUntil(t, "every event terminated", func() bool {
-		return streamMsgs(t, js, EventsStream("fraud-review")) == 0 && streamMsgs(t, js, EventsStream("mallory")) == 0
+		return natstest.Messages(t, js, EventsStream("fraud-review")) == 0 && natstest.Messages(t, js, EventsStream("mallory")) == 0
 	})
 	for key, want := range map[string]int{"fraud-review/unknown_task": 1, "mallory/foreign_task": 1, "fraud-review/malformed": 1} {
 		n, ok := drops.Load(key)

@@ -19,6 +19,20 @@ import (
 	"github.com/a2ad/a2ad/internal/natstest"
 )
 
+// builtinSchemas is a catalog of the built-in host schemas.
+func builtinSchemas(tb testing.TB) *artifact.Catalog {
+	tb.Helper()
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	schemas, err := artifact.NewCatalog(reg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return schemas
+}
+
 func newTracker(t testing.TB) *Tracker {
 	t.Helper()
 	_, _, js := natstest.Start(t)
@@ -28,14 +42,7 @@ func newTracker(t testing.TB) *Tracker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	schemas, err := artifact.NewCatalog(reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	schemas := builtinSchemas(t)
 	return &Tracker{Store: store, Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
@@ -203,14 +210,7 @@ func FuzzApplyEvent(f *testing.F) {
 	for _, s := range []string{working, completed, good, bad, `{}`, `{"task":{"id":"x","status":{"state":"TASK_STATE_FAILED"}}}`} {
 		f.Add([]byte(s), uint8(0))
 	}
-	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
-	if err != nil {
-		f.Fatal(err)
-	}
-	schemas, err := artifact.NewCatalog(reg, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
+	schemas := builtinSchemas(f)
 	tr := &Tracker{Schemas: schemas, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	states := []State{Submitted, Working, InputRequired, AuthRequired, Completed, Failed}
 	f.Fuzz(func(t *testing.T, body []byte, from uint8) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,9 +51,9 @@ func TestAgentRunsWithTheCredentialTheOperatorMinted(t *testing.T) {
 		}
 		return p
 	}
-	start := func(args ...string) (*exec.Cmd, *lockedBuffer) {
+	start := func(args ...string) (*exec.Cmd, *testlog.Buffer) {
 		cmd := exec.Command(agent, append([]string{"--nats-url", natsURL}, args...)...)
-		var logs lockedBuffer
+		var logs testlog.Buffer
 		cmd.Stderr = &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,7 +37,7 @@ import (
 type daemonProc struct {
 	DataDir string
 	cmd     *exec.Cmd
-	log     *lockedBuffer
+	log     *testlog.Buffer
 	NATS    string
 	HTTP    string
 	exited  chan struct{}
@@ -46,7 +47,7 @@ type daemonProc struct {
 // for it to report its listeners.
 func startDaemon(t *testing.T, env []string, args ...string) *daemonProc {
 	t.Helper()
-	p := &daemonProc{log: &lockedBuffer{}, exited: make(chan struct{}), DataDir: "./a2ad-data"}
+	p := &daemonProc{log: &testlog.Buffer{}, exited: make(chan struct{}), DataDir: "./a2ad-data"}
 	for i, a := range args {
 		if a == "--data-dir" && i+1 < len(args) {
 			p.DataDir = args[i+1]

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/internal/hostile"
+	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
@@ -226,19 +227,6 @@ func (r *rig) operator() (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
-func (r *rig) streamMsgs(js jetstream.JetStream, name string) uint64 {
-	r.t.Helper()
-	st, err := js.Stream(context.Background(), name)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	until := time.Now().Add(within)
@@ -272,7 +260,7 @@ func TestHostileHugeMessageIDs(t *testing.T) {
 	r.logLatency("60 KB message ids", idle, under)
 	_, js := r.operator()
 	eventually(t, "mallory's events terminated", 20*time.Second, func() bool {
-		return r.streamMsgs(js, "A2AD_EVENTS_mallory") == 0
+		return natstest.Messages(t, js, "A2AD_EVENTS_mallory") == 0
 	})
 	if n := r.metric("a2ad_events_terminated_total", `agent="mallory"`, `reason="out_of_bounds"`); n != 20 {
 		t.Errorf("a2ad_events_terminated_total{agent=mallory,reason=out_of_bounds} = %v, want 20", n)
@@ -309,7 +297,7 @@ func TestHostileUnknownTaskFlood(t *testing.T) {
 		t.Fatalf("the flood stored only %d events: it did not happen", st.Acked)
 	}
 	_, js := r.operator()
-	eventually(t, "the flood terminated", 30*time.Second, func() bool { return r.streamMsgs(js, "A2AD_EVENTS_mallory") == 0 })
+	eventually(t, "the flood terminated", 30*time.Second, func() bool { return natstest.Messages(t, js, "A2AD_EVENTS_mallory") == 0 })
 	if n := r.metric("a2ad_events_terminated_total", `agent="mallory"`, `reason="unknown_task"`); n != float64(st.Acked) {
 		t.Errorf("a2ad_events_terminated_total{agent=mallory,reason=unknown_task} = %v, want %d", n, st.Acked)
 	}

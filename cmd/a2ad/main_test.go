@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"net"
 	"net/http"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,7 +125,7 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 func TestServeStdioWithExternalNATS(t *testing.T) {
 	ns, _, js := natstest.Start(t)
 	startAgent(t, ns.ClientURL())
-	var stderr lockedBuffer
+	var stderr testlog.Buffer
 	cmd := exec.Command(bin, "serve", "--stdio", "--config", writeConfig(t), "--nats-url", ns.ClientURL(), "--data-dir", t.TempDir())
 	cmd.Stderr = &stderr
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
@@ -194,24 +194,6 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	if tools, err := session.ListTools(ctx, nil); err != nil || len(tools.Tools) != 5 {
 		t.Errorf("stdio tools/list: %v", err)
 	}
-}
-
-// lockedBuffer collects a child's stderr while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var servingLine = regexp.MustCompile(`nats=(nats://\S+) mcp=(http://\S+)/mcp`)
@@ -496,7 +478,7 @@ func TestServeStoppedWhileStarting(t *testing.T) {
 	}
 	url := "nats://" + ln.Addr().String()
 	ln.Close() // nothing listens there now
-	var stderr lockedBuffer
+	var stderr testlog.Buffer
 	cmd := exec.Command(bin, "serve", "--nats-url", url, "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -1,13 +1,12 @@
 package audit_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,7 +70,7 @@ func TestRecordsAreStoredOnceAndQueried(t *testing.T) {
 
 func TestAFullQueueDropsAndCountsNeverBlocks(t *testing.T) {
 	ns, _, js := natstest.Start(t)
-	var logged syncBuffer
+	var logged testlog.Buffer
 	l, err := audit.Open(context.Background(), js, audit.Config{QueueSize: 8}, 1, "test/1", slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -96,24 +95,6 @@ func TestAFullQueueDropsAndCountsNeverBlocks(t *testing.T) {
 	if !strings.Contains(logged.String(), `msg="audit records not stored at shutdown" records=9`) {
 		t.Errorf("log at shutdown:\n%s", logged.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Queries leave no consumer behind: a dashboard polling the trail never

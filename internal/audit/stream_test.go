@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"log/slog"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func TestAnExistingStreamIsNotChangedButReported(t *testing.T) {
 		Storage: jetstream.FileStorage, MaxAge: time.Hour, MaxBytes: -1, Discard: jetstream.DiscardNew, DenyPurge: true}); err != nil {
 		t.Fatal(err)
 	}
-	var logged syncBuffer
+	var logged testlog.Buffer
 	cfg := audit.Config{MaxAge: audit.Duration(2160 * time.Hour)}
 	l, err := audit.Open(ctx, js, cfg, 1, "test/1", slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {

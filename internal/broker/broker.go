@@ -150,16 +150,21 @@ func newTaskID() string {
 // and one computable from a guessable key would hand it to anyone.
 func idempotentTaskID(secret []byte, tenant, key string) string {
 	mac := hmac.New(sha256.New, secret)
-	// Length-prefixed, so no (tenant, key) pair hashes as another.
-	_, _ = fmt.Fprintf(mac, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key)
+	_, _ = mac.Write(idempotencyInput(tenant, key))
 	return "tsk-" + hex.EncodeToString(mac.Sum(nil)[:12])
 }
 
 // legacyIdempotentTaskID is the id earlier versions derived, with a plain
 // SHA-256, for tasks that may still be retried.
 func legacyIdempotentTaskID(tenant, key string) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key))
+	h := sha256.Sum256(idempotencyInput(tenant, key))
 	return "tsk-" + hex.EncodeToString(h[:12])
+}
+
+// idempotencyInput is what an idempotent task id is derived from:
+// length-prefixed, so no (tenant, key) pair reads as another.
+func idempotencyInput(tenant, key string) []byte {
+	return fmt.Appendf(nil, "a2ad/idempotency\x00%d:%s%d:%s", len(tenant), tenant, len(key), key)
 }
 
 // Delegate validates the request, stores a submitted task whose outbox holds

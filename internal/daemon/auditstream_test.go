@@ -1,11 +1,10 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// lockedBuffer is a log destination safe for a2ad's goroutines and the
-// test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // auditStreamInfo reads A2AD_AUDIT as nc's user sees it.
 func auditStreamInfo(t *testing.T, nc *nats.Conn) *jetstream.StreamInfo {
@@ -55,9 +35,9 @@ func auditStreamInfo(t *testing.T, nc *nats.Conn) *jetstream.StreamInfo {
 // one-shot audit admin), records kept, and nothing is warned.
 func TestEmbeddedAuditStreamFollowsTheConfiguration(t *testing.T) {
 	dir := t.TempDir()
-	start := func(cfg audit.Config) (*daemon.Daemon, *lockedBuffer) {
+	start := func(cfg audit.Config) (*daemon.Daemon, *testlog.Buffer) {
 		t.Helper()
-		var logged lockedBuffer
+		var logged testlog.Buffer
 		d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1", Audit: cfg},
 			slog.New(slog.NewTextHandler(&logged, nil)), false)
 		if err != nil {
@@ -97,9 +77,9 @@ func TestEmbeddedAuditStreamFollowsTheConfiguration(t *testing.T) {
 func TestExternalAuditStreamIsKeptAndTheDifferenceWarned(t *testing.T) {
 	hostPort := startAccountsConf(t)
 	url := "nats://a2ad:a2ad-secret@" + hostPort
-	start := func(cfg audit.Config) (*daemon.Daemon, *lockedBuffer) {
+	start := func(cfg audit.Config) (*daemon.Daemon, *testlog.Buffer) {
 		t.Helper()
-		var logged lockedBuffer
+		var logged testlog.Buffer
 		d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: url, DataDir: t.TempDir(), Audit: cfg},
 			slog.New(slog.NewTextHandler(&logged, nil)), false)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"io"
 	"log/slog"
 	"regexp"
@@ -28,24 +29,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// lockedLog is a log destination tests read while a2ad writes to it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // registrar sends registrations over the connection of one agent
 // (credential and inbox its own), as the agent sends them.
@@ -109,7 +92,7 @@ func counter(t *testing.T, d *daemon.Daemon, name string, labels map[string]stri
 // the answer is rate_limited with when to retry, and nothing is logged or
 // recorded.
 func TestRegistrationsAreRateLimitedPerAgent(t *testing.T) {
-	var logs lockedLog
+	var logs testlog.Buffer
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1",
 		AgentLimits: daemon.AgentLimits{RegistrationsPerMinute: 4},
 		Agents: []daemon.AgentConfig{
@@ -217,7 +200,7 @@ func TestNegativeRegistrationLimitIsRefused(t *testing.T) {
 // without being looked at, and an honest agent registering meanwhile gets
 // its normal answer from its own budget.
 func TestRegistrationFloodKeepsTenantsAuditRecords(t *testing.T) {
-	var logs lockedLog
+	var logs testlog.Buffer
 	dir := t.TempDir()
 	cfg := daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1",
 		Audit: audit.Config{MaxBytes: 256 << 10}, // 30,000 records are about 10 MiB
@@ -425,7 +408,7 @@ func TestRegistrationFloodKeepsTenantsAuditRecords(t *testing.T) {
 // times a minute, each kind of refusal apart (not each user name a client
 // chose), and the lines say how many like them were not.
 func TestRefusedNATSConnectionsAreAggregatedInTheLog(t *testing.T) {
-	var logs lockedLog
+	var logs testlog.Buffer
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1"},
 		slog.New(slog.NewTextHandler(&logs, nil)), false)
 	if err != nil {
@@ -476,7 +459,7 @@ func TestRefusedNATSConnectionsAreAggregatedInTheLog(t *testing.T) {
 // The agent id a registration without a verified credential claims is
 // agent text: the log names it only if it is a valid agent id.
 func TestRefusedRegistrationLogsNoClaimedText(t *testing.T) {
-	var logs lockedLog
+	var logs testlog.Buffer
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1"},
 		slog.New(slog.NewTextHandler(&logs, nil)), false)
 	if err != nil {

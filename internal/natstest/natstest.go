@@ -55,3 +55,17 @@ func Consumers(t testing.TB, js jetstream.JetStream, stream string) int {
 	}
 	return info.State.Consumers
 }
+
+// Messages is the number of messages stream holds now.
+func Messages(t testing.TB, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
