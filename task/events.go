@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,6 +111,7 @@ func (t *Tracker) ensureStreams(ctx context.Context, js jetstream.JetStream) (je
 	if err != nil {
 		return nil, err
 	}
+	t.warnUnserved(ctx, js)
 	for _, id := range slices.Sorted(maps.Keys(t.Agents)) {
 		cfg := eventsStreamConfig(id, t.Agents[id], t.Replicas)
 		err := jsretry.Do(ctx, time.Minute, func() error {
@@ -121,6 +123,24 @@ func (t *Tracker) ensureStreams(ctx context.Context, js jetstream.JetStream) (je
 		}
 	}
 	return legacy, nil
+}
+
+// warnUnserved logs the events streams of agents not in t.Agents: their
+// events are not applied by this instance, and their max_bytes stay
+// reserved in the store. An agent taken out of the configuration leaves
+// its stream behind, since another instance may still serve it.
+func (t *Tracker) warnUnserved(ctx context.Context, js jetstream.JetStream) {
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		id, ok := strings.CutPrefix(name, EventsStreamPrefix)
+		if !ok {
+			continue
+		}
+		if _, served := t.Agents[id]; !served {
+			t.Log.Warn("events stream of an agent this a2ad is not configured for: its events are not applied here and its max_pending_bytes stay reserved; "+
+				"if no a2ad serves the agent any more, delete the stream (nats stream rm, as a2ad's NATS user)", "stream", name, "agent", id)
+		}
+	}
 }
 
 // retireLegacy moves the legacy stream off a2a.events.> and returns it if
@@ -248,8 +268,8 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) && stream == LegacyEventsStream {
-			return
+		if stream == LegacyEventsStream && (errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)) {
+			return // applied and deleted
 		}
 		t.Log.Warn("events consumer stopped; starting it again", "stream", stream, "err", err)
 		select {

@@ -40,7 +40,7 @@ import (
 // hostile one, mallory, for tenant acme, both approved on first use; a
 // small store, so that the storage tests can fill it.
 const hostileConfig = `
-jetstream_max_store: 67108864
+jetstream_max_store: 100663296
 storage:
   reserve_bytes: 8388608
 audit:
@@ -605,7 +605,7 @@ func TestHostilePublishFlood(t *testing.T) {
 	if n := r.metric("a2ad_agent_disconnects_total", `agent="flooder"`, `reason="publish_rate"`); n < 1 {
 		t.Errorf("a2ad_agent_disconnects_total{agent=flooder,reason=publish_rate} = %v, want the flooding agent disconnected", n)
 	}
-	if !strings.Contains(r.d.log.String(), "agent connection closed: over its agent_limits") {
+	if !strings.Contains(r.d.log.String(), "agent connection closed: over its limits") {
 		t.Error("the disconnection is not in the log")
 	}
 	if n := r.metric("a2ad_auth_failures_total", `edge="nats"`, `reason="barred"`); n < 1 {

@@ -82,6 +82,15 @@ func (ss Settings) String() string {
 	return strings.Join(out, ", ")
 }
 
+// Changes lists them as changes made: "max_age 1h → 2160h, …".
+func (ss Settings) Changes() string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Name + " " + s.Have + " → " + s.Want
+	}
+	return strings.Join(out, ", ")
+}
+
 // EditCommand is the nats CLI command with which an account administrator
 // gives the audit stream the settings' Want values.
 func (ss Settings) EditCommand() string {

@@ -106,9 +106,10 @@ type AgentLimits struct {
 	// MaxPublishesPerSecond bounds the messages one agent connection
 	// publishes per second on the embedded server — events, replies and
 	// registrations, stored or refused alike, since each costs the server
-	// CPU: a connection over it two seconds in a row is disconnected and
-	// its agent refused for 10 s. Default 10000. An external NATS server
-	// has its own means (accounts, network limits).
+	// CPU: a connection over it for a second is disconnected and its
+	// agent refused for 30 s, doubling for repeated floods up to 10
+	// minutes (embedded.Bars). Default 10000. An external NATS server has
+	// its own means (accounts, network limits).
 	MaxPublishesPerSecond float64 `yaml:"max_publishes_per_second"`
 	// MaxConnections bounds the agent's connections to the embedded
 	// server at once (replicas of one agent each hold one); beyond, the

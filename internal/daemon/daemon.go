@@ -110,6 +110,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}()
 	var auditAdmin *embedded.AuditAdmin
 	if cfg.NATSURL == "" {
+		if err := checkSizing(cfg, cmp.Or(cfg.JetStreamMaxStore, embedded.DefaultMaxStore), "jetstream_max_store"); err != nil {
+			return nil, err
+		}
 		storeDir := filepath.Join(cfg.DataDir, "jetstream")
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
@@ -159,6 +162,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	js, err := jetstream.New(d.nc)
 	if err != nil {
 		return nil, err
+	}
+	if d.ns == nil {
+		// The account's storage limit, when it has one: the same check.
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ai, aerr := js.AccountInfo(actx)
+		cancel()
+		if aerr == nil {
+			if err := checkSizing(cfg, ai.Limits.MaxStore, "the NATS account's JetStream max_file"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	d.Metrics.WatchNATS(d.nc)
 	if d.tracer, err = tracing.New(cfg.Tracing, mcpedge.Implementation.Version); err != nil {
@@ -297,7 +311,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			defer d.wg.Done()
 			embedded.GuardAgents(runCtx, d.ns, &d.bars, limits, func(agent, reason string, measured float64, barred time.Duration) {
 				d.obs.agentDisconnected(agent, reason)
-				d.aggregate.logAttrs("guard: "+agent, slog.LevelWarn, "agent connection closed: over its agent_limits", "agent", agent,
+				d.aggregate.logAttrs("guard: "+agent, slog.LevelWarn, "agent connection closed: over its limits (agents[].limits, else agent_limits)", "agent", agent,
 					"reason", reason, "measured", int(measured), "refused_for", barred)
 			})
 		}()
@@ -456,7 +470,7 @@ func applyAuditStream(ctx context.Context, ns *server.Server, admin *embedded.Au
 		return err
 	}
 	if len(applied) > 0 {
-		log.Info("applied the configured settings to the audit stream", "stream", audit.Stream, "settings", applied.String())
+		log.Info("applied the configured settings to the audit stream", "stream", audit.Stream, "changed", applied.Changes())
 	}
 	return nil
 }

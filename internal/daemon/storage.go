@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/metrics"
 	"github.com/a2ad/a2ad/task"
 	"github.com/nats-io/nats.go/jetstream"
@@ -175,4 +177,40 @@ func (m *storageMonitor) report() metrics.StorageReport {
 		r.Room = max(0, m.snap.capacity-m.snap.committed)
 	}
 	return r
+}
+
+// tasksMinimum is the least room for task records and a2ad's small buckets
+// a store must have beyond its reservations and the reserve: with less,
+// a2ad could never accept a delegation.
+const tasksMinimum = 16 << 20
+
+// checkSizing refuses a configuration whose reservations do not fit a
+// store of capacity bytes (0: unknown, nothing to check), replicas
+// counting as a NATS account without tiers counts them: the audit
+// stream's max_bytes, every configured agent's max_pending_bytes,
+// storage.reserve_bytes and tasksMinimum for the task records. a2ad would
+// otherwise start and refuse every delegation, or fail half-way through
+// creating its streams with JetStream's own words.
+func checkSizing(cfg Config, capacity int64, where string) error {
+	if capacity <= 0 {
+		return nil
+	}
+	r := int64(max(1, cfg.Replicas))
+	auditBytes := cfg.Audit.MaxBytes
+	if auditBytes == 0 {
+		auditBytes = audit.DefaultMaxBytes
+	}
+	auditBytes = max(auditBytes, 0)
+	var agents int64
+	for _, a := range cfg.Agents {
+		agents += a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits).MaxPendingBytes
+	}
+	reserve := cmp.Or(cfg.Storage.ReserveBytes, DefaultStorageReserve)
+	need := r*(auditBytes+agents+tasksMinimum) + reserve
+	if need <= capacity {
+		return nil
+	}
+	return fmt.Errorf("config: %s is %d bytes, less than the configuration needs: %d = replicas %d × (audit.max_bytes %d + max_pending_bytes of %d agents %d + %d for task records) + storage.reserve_bytes %d; "+
+		"raise it, or lower audit.max_bytes, agent_limits.max_pending_bytes or storage.reserve_bytes (docs/isolation.md)",
+		where, capacity, need, r, auditBytes, len(cfg.Agents), agents, tasksMinimum, reserve)
 }
