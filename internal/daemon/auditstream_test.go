@@ -65,7 +65,7 @@ func TestEmbeddedAuditStreamFollowsTheConfiguration(t *testing.T) {
 		t.Errorf("%d records after the restart, want the 1 written before", info.State.Msgs)
 	}
 	log := logged.String()
-	if !strings.Contains(log, `settings="max_age=2160h (configured 720h), max_bytes=1073741824 (configured 67108864)"`) || strings.Contains(log, "level=WARN") {
+	if !strings.Contains(log, `changed="max_age 2160h → 720h, max_bytes 1073741824 → 67108864"`) || strings.Contains(log, "level=WARN") {
 		t.Errorf("log of the second start:\n%s", log)
 	}
 }
