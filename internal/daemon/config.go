@@ -184,6 +184,9 @@ func (c Config) checkLimits() error {
 	if c.Storage.ReserveBytes < 0 {
 		return fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes)
 	}
+	if c.Storage.CapacityBytes < 0 {
+		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
+	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
 		return err
 	}
@@ -221,6 +224,12 @@ type StorageConfig struct {
 	// it, delegate is refused with `unavailable` and /readyz reports not
 	// ready. Default 67108864 (64 MiB).
 	ReserveBytes int64 `yaml:"reserve_bytes"`
+	// CapacityBytes is the size of the JetStream store as a2ad counts it
+	// (every replica of every stream): on an external NATS whose account
+	// has no JetStream max_file limit, a2ad cannot read it, so give it
+	// here — the sum of the nodes' max_file_store. Default: the embedded
+	// server's jetstream_max_store, or the account's max_file.
+	CapacityBytes int64 `yaml:"capacity_bytes"`
 }
 
 // DefaultStorageReserve is StorageConfig.ReserveBytes when zero.

@@ -109,10 +109,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 	}()
 	var auditAdmin *embedded.AuditAdmin
-	if cfg.NATSURL == "" {
+	if cfg.Storage.CapacityBytes > 0 {
+		if err := checkSizing(cfg, cfg.Storage.CapacityBytes, "storage.capacity_bytes"); err != nil {
+			return nil, err
+		}
+	} else if cfg.NATSURL == "" {
 		if err := checkSizing(cfg, cmp.Or(cfg.JetStreamMaxStore, embedded.DefaultMaxStore), "jetstream_max_store"); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.NATSURL == "" {
 		storeDir := filepath.Join(cfg.DataDir, "jetstream")
 		if err := os.MkdirAll(storeDir, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
@@ -163,7 +169,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if err != nil {
 		return nil, err
 	}
-	if d.ns == nil {
+	if d.ns == nil && cfg.Storage.CapacityBytes == 0 {
 		// The account's storage limit, when it has one: the same check.
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ai, aerr := js.AccountInfo(actx)
@@ -291,8 +297,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			log.Error("tracker stopped", "err", err)
 		}
 	}()
-	capacity := int64(0) // an external NATS: the account's limit
-	if d.ns != nil {
+	capacity := cfg.Storage.CapacityBytes // 0 on an external NATS: the account's limit
+	if d.ns != nil && capacity == 0 {
 		capacity = cmp.Or(cfg.JetStreamMaxStore, embedded.DefaultMaxStore)
 	}
 	d.storage = newStorageMonitor(js, capacity, cmp.Or(cfg.Storage.ReserveBytes, DefaultStorageReserve), log)
