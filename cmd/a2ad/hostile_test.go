@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -60,6 +61,9 @@ agents:
     tenants: [acme]
     limits:
       max_publishes_per_second: 1500
+  - id: fanout
+    tenants: [acme]
+    trust_on_first_use: true
 `
 
 // rig is a2ad with the honest agent, the hostile one and a host of each
@@ -494,9 +498,12 @@ func TestHostileRegistrationFlood(t *testing.T) {
 	r := startRig(t)
 	idle := r.delegations(5, "before-flood")
 	start := time.Now()
-	codes := r.mallory.BadRegistrations(context.Background(), 30_000, true)
+	codes := r.mallory.BadRegistrations(context.Background(), 30_000, true, 5000)
 	t.Logf("30,000 bad registrations with mallory's credential in %v: answers %v", time.Since(start).Round(time.Millisecond), codes)
-	codes = r.mallory.BadRegistrations(context.Background(), 30_000, false)
+	if codes["invalid"] == 0 || codes["invalid"] > 20 || codes["rate_limited"] == 0 || codes["rate_limited"] > 20 {
+		t.Errorf("answers %v: want the registrations within the rate refused as invalid, and one rate_limited answer a second beyond it", codes)
+	}
+	codes = r.mallory.BadRegistrations(context.Background(), 30_000, false, 5000)
 	t.Logf("30,000 without a credential: answers %v", codes)
 	if codes["rate_limited"] == 0 {
 		t.Errorf("no registration was rate_limited: %v", codes)
@@ -614,9 +621,10 @@ func TestHostilePublishFlood(t *testing.T) {
 }
 
 // An agent's connections and subscriptions cost the server memory and file
-// descriptors: beyond max_connections the newest are closed, and a
-// connection with more than max_subscriptions is closed and its agent
-// refused for a while.
+// descriptors, and each subscription matching a subject a2ad publishes to
+// is one more copy of each such message: beyond max_connections (16) the
+// newest are closed, and an agent holding more than max_subscriptions (256)
+// has its connections closed and is refused for a while.
 func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 	r := startRig(t)
 	cred := credential(t, r.d, "mallory")
@@ -626,7 +634,7 @@ func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 			nc.Close()
 		}
 	}()
-	for range 80 {
+	for range 40 {
 		nc, err := nats.Connect(r.d.NATS, nats.Token(cred), nats.CustomInboxPrefix("_INBOX_mallory"), nats.NoReconnect())
 		if err == nil {
 			conns = append(conns, nc)
@@ -639,9 +647,9 @@ func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 				open++
 			}
 		}
-		return open <= 64
+		return open <= 16
 	})
-	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="connections"`); n < 1 && len(conns) > 64 {
+	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="connections"`); n < 1 {
 		t.Errorf("a2ad_agent_disconnects_total{reason=connections} = %v", n)
 	}
 	r.delegations(2, "many-connections")
@@ -657,13 +665,13 @@ func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 		return err == nil
 	})
 	conns = append(conns, subs)
-	for i := range 5000 {
-		if _, err := subs.Subscribe(fmt.Sprintf("a2a.agent.mallory.x%d", i), func(*nats.Msg) {}); err != nil {
+	for range 1000 {
+		if _, err := subs.Subscribe("a2a.agent.mallory.rpc", func(*nats.Msg) {}); err != nil {
 			break
 		}
 	}
 	_ = subs.Flush()
-	eventually(t, "the connection with 5,000 subscriptions closed", 10*time.Second, func() bool { return !subs.IsConnected() })
+	eventually(t, "the connection with 1,000 subscriptions closed", 10*time.Second, func() bool { return !subs.IsConnected() })
 	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="subscriptions"`); n != 1 {
 		t.Errorf("a2ad_agent_disconnects_total{reason=subscriptions} = %v, want 1", n)
 	}
@@ -671,4 +679,87 @@ func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 		t.Error("mallory connected again at once, want it refused for a while")
 	}
 	r.delegations(2, "after-subscriptions")
+}
+
+// rawSubscriber is an agent connection speaking the NATS protocol by hand
+// that subscribes and then never reads its socket: a consumer the server
+// cannot write to.
+func rawSubscriber(t *testing.T, natsURL, credential, subject string, n int) net.Conn {
+	t.Helper()
+	u, _ := url.Parse(natsURL)
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	info := make([]byte, 4096)
+	if _, err := c.Read(info); err != nil {
+		t.Fatal(err)
+	}
+	connect, _ := json.Marshal(map[string]any{"auth_token": credential, "verbose": false, "pedantic": false, "headers": true})
+	var b strings.Builder
+	fmt.Fprintf(&b, "CONNECT %s\r\n", connect)
+	for i := range n {
+		fmt.Fprintf(&b, "SUB %s %d\r\n", subject, i+1)
+	}
+	b.WriteString("PING\r\n")
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Measured before: an agent subscribed 62,000 times to subjects a2ad
+// publishes to (its inbox, its RPC subject) on connections that never
+// read; each of a2ad's messages was copied to every one, and the server
+// stalled a2ad's own connection — on which every tenant's task writes go —
+// while the copies could not be written: honest delegations took 11–39 s.
+// Now the copies are bounded by max_subscriptions, a2ad's connection is
+// never stalled by a slow consumer (the embedded server drops its copies
+// instead), and rate-limited registrations are answered once a second.
+func TestHostileSlowSubscribers(t *testing.T) {
+	r := startRig(t)
+	// Within fanout's limits (16 connections, 256 subscriptions), 15
+	// connections subscribe 16 times each to its RPC subject and never
+	// read, and its own connection answers the briefs.
+	cred := credential(t, r.d, "fanout")
+	fanout, err := hostile.Connect(r.d.NATS, "fanout", cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fanout.Close()
+	if err := fanout.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := fanout.Register(context.Background(), fanout.Card(nil), true); err != nil || res.Status != "approved" {
+		t.Fatalf("fanout's registration: %+v %v", res, err)
+	}
+	idle := r.delegations(10, "idle")
+	for range 15 {
+		rawSubscriber(t, r.d.NATS, cred, "a2a.agent.fanout.rpc", 16)
+	}
+	// Briefs of 60 KiB each to fanout: a copy for every subscription, so
+	// the subscribers' buffers fill within two briefs.
+	big := strings.Repeat("x", 60<<10)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = r.acme.call("delegate", map[string]any{"agent": "fanout", "skill": "assess_refund_risk", "objective": "Assess.",
+				"evidence": map[string]any{"case_id": "F-" + strconv.Itoa(n), "notes": big}, "output_schema": "risk_assessment", "wait_seconds": 0})
+			n++
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	under := r.delegations(30, "slow-subscribers")
+	close(stop)
+	t.Logf("%d briefs sent to fanout meanwhile", <-done)
+	r.logLatency("240 subscriptions that never read", idle, under)
 }

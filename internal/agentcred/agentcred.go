@@ -20,10 +20,12 @@ package agentcred
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/natsbind"
@@ -69,7 +71,18 @@ type Claims struct {
 type Keys struct {
 	priv ed25519.PrivateKey
 	pub  ed25519.PublicKey
+
+	// verified caches the claims of credentials that verified, by the
+	// SHA-256 of the token: an agent presents the same credential at
+	// every connection and registration, and an Ed25519 check costs
+	// about 50 µs. Expiry is checked again at every use.
+	mu       sync.Mutex
+	verified map[[sha256.Size]byte]Claims
 }
+
+// maxVerified bounds the cache of verified credentials; when it is full an
+// arbitrary half is forgotten.
+const maxVerified = 4096
 
 // NewKeys derives the Ed25519 key pair from a 32-byte seed (RFC 8032 §5.1.5).
 func NewKeys(seed []byte) (*Keys, error) {
@@ -122,6 +135,49 @@ func (k *Keys) Verify(token string) (Claims, error) {
 	if len(token) > maxTokenBytes {
 		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, maxTokenBytes)
 	}
+	sum := sha256.Sum256([]byte(token))
+	k.mu.Lock()
+	c, ok := k.verified[sum]
+	k.mu.Unlock()
+	if ok {
+		if now := time.Now(); now.After(c.Expires.Add(leeway)) {
+			return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+		}
+		return c, nil
+	}
+	c, err := k.verify(token)
+	if err == nil {
+		k.mu.Lock()
+		if k.verified == nil {
+			k.verified = map[[sha256.Size]byte]Claims{}
+		}
+		if len(k.verified) >= maxVerified {
+			n := 0
+			for h := range k.verified { // map order is random
+				delete(k.verified, h)
+				if n++; n >= maxVerified/2 {
+					break
+				}
+			}
+		}
+		k.verified[sum] = c
+		k.mu.Unlock()
+	}
+	return c, err
+}
+
+// Known reports whether token verified before and is in the cache of
+// verified credentials: [Keys.Verify] then costs a hash, not a signature
+// check.
+func (k *Keys) Known(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.verified[sum]
+	return ok
+}
+
+func (k *Keys) verify(token string) (Claims, error) {
 	var rc jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &rc, func(*jwt.Token) (any, error) { return k.pub, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),

@@ -25,6 +25,10 @@ import (
 // rate_limited before anything else of it is read.
 func (d *Daemon) register(m *nats.Msg) {
 	cred, credErr := d.credential(m.Header)
+	if errors.Is(credErr, errVerifyBudget) {
+		d.obs.registered("", "dropped")
+		return // no answer: the sender retries, as after a timeout
+	}
 	if ok, wait, limit := d.registrations.take(cred, time.Now()); !ok {
 		d.rateLimited(m, cred, wait, limit)
 		return
@@ -78,13 +82,19 @@ func (d *Daemon) register(m *nats.Msg) {
 
 // rateLimited answers a registration beyond its rate (limit a minute; the
 // next one is allowed after wait) and writes nothing else: no log line, no
-// audit record, only the metric. The answer goes where any other would:
+// audit record, only the metric. Of the registrations of one bucket beyond
+// its rate, one a second is answered; the others get no answer at all
+// (their requests time out), so that a flood costs a2ad no publishes to
+// subjects the agent chose. The answer goes where any other would:
 // into the inbox of the agent the credential proves or, without a verified
 // credential, of the agent the registration claims — which a2ad has not
 // read, so of any agent the reply subject names (the claim is the sender's
 // choice, so this allows no other subject).
 func (d *Daemon) rateLimited(m *nats.Msg, cred string, wait time.Duration, limit int) {
 	d.obs.registered(cred, natsbind.RegisterRateLimited)
+	if !d.registrations.mayAnswer(cred, time.Now()) {
+		return // answered once this second already
+	}
 	replyAs := cred
 	if replyAs == "" {
 		replyAs = inboxAgent(m.Reply)
@@ -133,7 +143,16 @@ func agentInbox(subject, agentID string) bool {
 var (
 	errAgentIDMismatch = errors.New("the credential is for another agent id")
 	errNoCredential    = errors.New("no credential")
+	errVerifyBudget    = errors.New("too many unknown credentials to verify")
 )
+
+// Credentials a2ad has not verified before cost an Ed25519 check each
+// (about 50 µs); registrations carrying them are checked at most
+// unknownCredentialsPerSecond a second (with a burst of as many), and the
+// others dropped unanswered: a flood of forged credentials costs a bounded
+// share of one core, and a known credential, the honest agent's, is never
+// held up by it.
+const unknownCredentialsPerSecond = 500
 
 // credential returns the agent id of the registration's credential once
 // it verified; errNoCredential if there is none.
@@ -141,6 +160,9 @@ func (d *Daemon) credential(h nats.Header) (string, error) {
 	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
 		return "", errNoCredential
+	}
+	if !d.AgentKeys.Known(tok) && !d.unknownCredentials.Allow() {
+		return "", errVerifyBudget
 	}
 	c, err := d.AgentKeys.Verify(tok)
 	if err != nil {

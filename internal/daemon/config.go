@@ -103,22 +103,24 @@ type AgentLimits struct {
 	// value is also the one budget that registrations without a verified
 	// credential share. Negative is a configuration error. Default 12.
 	RegistrationsPerMinute int `yaml:"registrations_per_minute"`
-	// MaxPublishesPerSecond bounds the messages one agent connection
-	// publishes per second on the embedded server — events, replies and
-	// registrations, stored or refused alike, since each costs the server
-	// CPU: a connection over it for a second is disconnected and its
-	// agent refused for 30 s, doubling for repeated floods up to 10
-	// minutes (embedded.Bars). Default 10000. An external NATS server has
-	// its own means (accounts, network limits).
+	// MaxPublishesPerSecond bounds the messages the agent's connections
+	// together publish per second on the embedded server — events,
+	// replies and registrations, stored or refused alike, since each
+	// costs the server CPU: an agent over it for a second has its
+	// connections closed and is refused for 30 s, doubling for repeated
+	// floods up to 10 minutes (embedded.Bars). Default 10000. An external
+	// NATS server has its own means (accounts, network limits).
 	MaxPublishesPerSecond float64 `yaml:"max_publishes_per_second"`
 	// MaxConnections bounds the agent's connections to the embedded
 	// server at once (replicas of one agent each hold one); beyond, the
-	// newest are closed and more refused. Default 64.
+	// newest are closed and more refused. Default 16.
 	MaxConnections int `yaml:"max_connections"`
-	// MaxSubscriptions bounds the subscriptions of one agent connection
-	// on the embedded server (an agent needs a few: its RPC subject and
-	// its inbox); a connection over it is closed and its agent refused
-	// for a while. Default 1024.
+	// MaxSubscriptions bounds the agent's subscriptions on the embedded
+	// server, over all its connections (an agent needs a few on each: its
+	// RPC subject and its inbox); each one matching a subject a2ad
+	// publishes to is one more copy of every such message. Over it, the
+	// agent's connections are closed and it is refused for a while.
+	// Default 256.
 	MaxSubscriptions int `yaml:"max_subscriptions"`
 }
 
@@ -128,7 +130,7 @@ var DefaultAgentLimits = AgentLimits{
 	EventsPerSecond: task.DefaultEventLimits.PerSecond, EventsBurst: task.DefaultEventLimits.Burst,
 	MaxEventBytes: task.DefaultEventLimits.MaxEventBytes, MaxPendingEvents: task.DefaultEventLimits.MaxPending,
 	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12, MaxPublishesPerSecond: 10_000,
-	MaxConnections: 64, MaxSubscriptions: 1024,
+	MaxConnections: 16, MaxSubscriptions: 256,
 }
 
 // events are the limits of l that bound the agent's events.

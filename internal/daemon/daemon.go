@@ -40,6 +40,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 )
 
 // Daemon is a running a2ad.
@@ -72,15 +73,18 @@ type Daemon struct {
 	// registrations and card fetches.
 	aggregate   *aggregator
 	registering *nats.Subscription
-	tracer      *tracing.Provider
-	ns          *server.Server
-	keys        atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
-	lock        *os.File
-	nc          *nats.Conn
-	http        *http.Server
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	once        sync.Once
+	// unknownCredentials paces the verification of registration
+	// credentials a2ad has not seen verify before.
+	unknownCredentials *rate.Limiter
+	tracer             *tracing.Provider
+	ns                 *server.Server
+	keys               atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
+	lock               *os.File
+	nc                 *nats.Conn
+	http               *http.Server
+	cancel             context.CancelFunc
+	wg                 sync.WaitGroup
+	once               sync.Once
 }
 
 // Start brings a2ad up. With serveHTTP false (stdio mode) no HTTP listener is
@@ -148,14 +152,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 		d.NATSURL = d.ns.ClientURL()
 		d.nc, err = nats.Connect("", nats.InProcessServer(d.ns), nats.Name("a2ad"), nats.UserInfo(embedded.DaemonUser, password),
-			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(log))
+			nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate))
 	} else {
 		d.NATSURL = cfg.NATSURL
 		// RetryOnFailedConnect: a NATS cluster that is still starting
 		// (systemd, Kubernetes) is waited for; the bucket set-up below
 		// retries for a minute before a2ad gives up.
 		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(log),
+			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 		if err == nil && !d.nc.IsConnected() {
@@ -323,6 +327,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}()
 	}
 	d.registrations = newRegistrationLimits(cfg)
+	d.unknownCredentials = rate.NewLimiter(unknownCredentialsPerSecond, unknownCredentialsPerSecond)
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
@@ -438,14 +443,16 @@ func RedactURLs(list string) string {
 
 // natsErrors sends the NATS client's asynchronous errors (a slow consumer,
 // a permission error) to the log instead of its default, which prints to
-// stderr past the log's format.
-func natsErrors(log *slog.Logger) nats.Option {
+// stderr past the log's format; aggregated by subscription, since a flood
+// an agent sends to a subject a2ad subscribes to (registrations) makes
+// one per message dropped.
+func natsErrors(a *aggregator) nats.Option {
 	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		subject := ""
 		if sub != nil {
 			subject = sub.Subject
 		}
-		log.Warn("NATS error", "subject", subject, "err", err)
+		a.logAttrs("nats error: "+subject, slog.LevelWarn, "NATS error", "subject", subject, "err", err)
 	})
 }
 

@@ -23,6 +23,31 @@ type registrationLimits struct {
 	shared *rate.Limiter
 	agents map[string]*rate.Limiter
 	swept  time.Time
+	// answered is when each bucket's last rate_limited answer went out
+	// (at most one a second: the rest go unanswered, so a flood beyond
+	// the rate costs a2ad no publish, whatever the agent subscribed).
+	answered map[*rate.Limiter]time.Time
+}
+
+// answerEvery is how often a bucket beyond its rate gets a rate_limited
+// answer; the other registrations beyond it get none (the agent's request
+// times out, and it retries).
+const answerEvery = time.Second
+
+// mayAnswer reports whether a registration of agentID beyond its rate is
+// answered now.
+func (l *registrationLimits) mayAnswer(agentID string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lim := l.bucket(agentID, now)
+	if l.answered == nil || len(l.answered) > maxRegistrationBuckets {
+		l.answered = map[*rate.Limiter]time.Time{}
+	}
+	if now.Sub(l.answered[lim]) < answerEvery {
+		return false
+	}
+	l.answered[lim] = now
+	return true
 }
 
 // maxRegistrationBuckets bounds the agents' buckets kept in memory. Agent

@@ -299,6 +299,11 @@ func Start(o Options) (*server.Server, error) {
 		NoSigs:             true,
 		NoLog:              true,
 		MaxPayload:         1 << 20,
+		// A consumer that does not read (an agent that subscribed and
+		// stopped reading) must not stall the publisher — a2ad's own
+		// connection, on which every tenant's task writes go — as NATS
+		// does by default: its copies are dropped instead.
+		NoFastProducerStall: true,
 	}
 	if o.DaemonPassword != "" {
 		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, bars: o.Bars, refused: o.AuthRefused}

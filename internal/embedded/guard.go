@@ -97,15 +97,18 @@ const (
 	BarForget    = 10 * time.Minute
 )
 
-// AgentLimits are what [GuardAgents] holds one agent's connections to;
-// a zero field is no limit.
+// AgentLimits are what [GuardAgents] holds one agent's connections to,
+// all of them together; a zero field is no limit.
 type AgentLimits struct {
-	// PublishesPerSecond bounds the messages one connection publishes a
-	// second (events, replies, registrations, refused ones alike).
+	// PublishesPerSecond bounds the messages the agent's connections
+	// publish a second (events, replies, registrations, refused ones
+	// alike).
 	PublishesPerSecond float64
 	// Connections bounds the agent's connections at once.
 	Connections int
-	// Subscriptions bounds the subscriptions of one connection.
+	// Subscriptions bounds the agent's subscriptions: every one that
+	// matches a subject a2ad publishes to (its RPC subject, its inbox) is
+	// one more copy the server makes of each message.
 	Subscriptions int
 }
 
@@ -116,42 +119,30 @@ const (
 	DisconnectConnections   = "connections"
 )
 
-// GuardAgents holds every agent connection of s to its agent's limits
+// GuardAgents holds every agent's connections to s to the agent's limits
 // until ctx ends, looking every half second. The NATS server has no rate
 // or per-user limits of its own for configured users, and every message,
 // subscription and connection costs it — and so a2ad's process — CPU and
 // memory whether JetStream stores the message or refuses it: this bounds
 // what one agent can cost, and so what it can take from the others.
 //
-//   - a connection that published more than PublishesPerSecond a second,
-//     for a second, or that holds more than Subscriptions subscriptions, is
-//     closed, and its agent refused at connect for a while ([Bars.Bar]);
+//   - an agent whose connections together published more than
+//     PublishesPerSecond a second for a second, or hold more than
+//     Subscriptions subscriptions, has all its connections closed and is
+//     refused at connect for a while ([Bars.Bar]);
 //   - beyond Connections connections of one agent, the newest are closed
 //     (and, until the next look, more are refused at connect).
 //
-// onDisconnect (may be nil) is told of each closed connection: the agent,
+// onDisconnect (may be nil) is told once per agent and look: the agent,
 // the reason (Disconnect…), the measured rate or count, and how long the
 // agent is barred (0: not barred).
 func GuardAgents(ctx context.Context, s *server.Server, bars *Bars, limits func(agentID string) AgentLimits,
 	onDisconnect func(agentID, reason string, measured float64, barred time.Duration)) {
-	type seen struct {
-		msgs    int64
-		at      time.Time
-		strikes int
-	}
-	last := map[uint64]seen{}
+	lastMsgs := map[uint64]int64{} // per connection, at the last look
+	lastAt := time.Now()
+	strikes := map[string]int{}
 	t := time.NewTicker(guardEvery)
 	defer t.Stop()
-	disconnect := func(agent string, cid uint64, reason string, measured float64, bar bool) {
-		var d time.Duration
-		if bar {
-			d = bars.Bar(agent)
-		}
-		_ = s.DisconnectClientByID(cid)
-		if onDisconnect != nil {
-			onDisconnect(agent, reason, measured, d)
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -163,39 +154,74 @@ func GuardAgents(ctx context.Context, s *server.Server, bars *Bars, limits func(
 			continue
 		}
 		now := time.Now()
-		next := make(map[uint64]seen, len(cz.Conns))
-		conns := map[string]int{}
-		for _, c := range cz.Conns { // oldest first
+		elapsed := now.Sub(lastAt).Seconds()
+		lastAt = now
+		type agentConns struct {
+			cids      []uint64 // oldest first
+			published int64    // since the last look
+			subs      int
+		}
+		agents := map[string]*agentConns{}
+		msgs := make(map[uint64]int64, len(cz.Conns))
+		for _, c := range cz.Conns {
 			agent := c.AuthorizedUser
 			if agent == "" || agent == DaemonUser || agent == AuditAdminUser {
 				continue
 			}
-			l := limits(agent)
-			if conns[agent]++; l.Connections > 0 && conns[agent] > l.Connections {
-				disconnect(agent, c.Cid, DisconnectConnections, float64(conns[agent]), false)
-				conns[agent]--
-				continue
+			a := agents[agent]
+			if a == nil {
+				a = &agentConns{}
+				agents[agent] = a
 			}
-			if l.Subscriptions > 0 && int(c.NumSubs) > l.Subscriptions {
-				disconnect(agent, c.Cid, DisconnectSubscriptions, float64(c.NumSubs), true)
-				conns[agent]--
-				continue
-			}
-			cur := seen{msgs: c.InMsgs, at: now}
-			if prev, ok := last[c.Cid]; ok {
-				rate := float64(c.InMsgs-prev.msgs) / now.Sub(prev.at).Seconds()
-				if l.PublishesPerSecond > 0 && rate > l.PublishesPerSecond {
-					cur.strikes = prev.strikes + 1
-				}
-				if cur.strikes >= guardStrikes {
-					disconnect(agent, c.Cid, DisconnectPublishRate, rate, true)
-					conns[agent]--
-					continue
-				}
-			}
-			next[c.Cid] = cur
+			a.cids = append(a.cids, c.Cid)
+			a.published += c.InMsgs - lastMsgs[c.Cid] // a new connection: all it published
+			a.subs += int(c.NumSubs)
+			msgs[c.Cid] = c.InMsgs
 		}
-		last = next
+		lastMsgs = msgs
+		conns := map[string]int{}
+		for agent, a := range agents {
+			l := limits(agent)
+			rate := float64(a.published) / elapsed
+			if l.PublishesPerSecond > 0 && rate > l.PublishesPerSecond {
+				strikes[agent]++
+			} else {
+				delete(strikes, agent)
+			}
+			reason, measured := "", 0.0
+			switch {
+			case strikes[agent] >= guardStrikes:
+				reason, measured = DisconnectPublishRate, rate
+			case l.Subscriptions > 0 && a.subs > l.Subscriptions:
+				reason, measured = DisconnectSubscriptions, float64(a.subs)
+			}
+			if reason != "" {
+				d := bars.Bar(agent)
+				for _, cid := range a.cids {
+					_ = s.DisconnectClientByID(cid)
+				}
+				delete(strikes, agent)
+				if onDisconnect != nil {
+					onDisconnect(agent, reason, measured, d)
+				}
+				continue
+			}
+			conns[agent] = len(a.cids)
+			if l.Connections > 0 && len(a.cids) > l.Connections {
+				for _, cid := range a.cids[l.Connections:] {
+					_ = s.DisconnectClientByID(cid)
+				}
+				conns[agent] = l.Connections
+				if onDisconnect != nil {
+					onDisconnect(agent, DisconnectConnections, float64(len(a.cids)), 0)
+				}
+			}
+		}
+		for agent := range strikes {
+			if agents[agent] == nil {
+				delete(strikes, agent) // gone
+			}
+		}
 		bars.setConnections(conns, limits)
 	}
 }

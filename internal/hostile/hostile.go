@@ -300,30 +300,59 @@ func (a *Agent) Prepublish(ctx context.Context, taskID string, n int) Stats {
 }
 
 // BadRegistrations sends n registrations a2ad refuses (a card that does
-// not validate), with or without the agent's credential, and counts the
-// answers by refusal code.
-func (a *Agent) BadRegistrations(ctx context.Context, n int, credential bool) map[string]int {
+// not validate), with or without the agent's credential, perSecond at most,
+// without waiting for answers, and counts the answers that came by their
+// refusal code ("none": no answer within a second of the last).
+func (a *Agent) BadRegistrations(ctx context.Context, n int, credential bool, perSecond float64) map[string]int {
 	codes := map[string]int{}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			r, err := a.Register(rctx, []byte(`{"name":"x"}`), credential)
-			code := r.Code
-			if err != nil {
-				code = "error: " + err.Error()
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		})
+	prefix := "_INBOX_" + a.ID + ".reg" + randHex(4)
+	sub, err := a.nc.Subscribe(prefix+".*", func(m *nats.Msg) {
+		var r natsbind.RegisterResponse
+		code := "undecodable"
+		if json.Unmarshal(m.Data, &r) == nil {
+			code = r.Code
+		}
+		mu.Lock()
+		codes[code]++
+		mu.Unlock()
+	})
+	if err != nil {
+		return map[string]int{"error: " + err.Error(): n}
 	}
-	wg.Wait()
+	defer func() { _ = sub.Unsubscribe() }()
+	_ = sub.SetPendingLimits(-1, -1)
+	body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: a.ID, Card: []byte(`{"name":"x"}`)})
+	start := time.Now()
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		if wait := time.Until(start.Add(time.Duration(float64(i) / perSecond * float64(time.Second)))); wait > 0 {
+			time.Sleep(wait)
+		}
+		m := nats.NewMsg(natsbind.RegisterSubject)
+		m.Reply = fmt.Sprintf("%s.%d", prefix, i)
+		m.Data = body
+		m.Header.Set(natsbind.HeaderA2AVersion, a2a.Version)
+		if credential {
+			m.Header.Set("Authorization", "Bearer "+a.cred)
+		}
+		if err := a.nc.PublishMsg(m); err != nil {
+			mu.Lock()
+			codes["error: "+err.Error()]++
+			mu.Unlock()
+		}
+	}
+	_ = a.nc.Flush()
+	time.Sleep(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	answered := 0
+	for _, c := range codes {
+		answered += c
+	}
+	codes["none"] = n - answered
 	return codes
 }
 
