@@ -2,8 +2,6 @@ package task
 
 import (
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/a2ad/a2ad/internal/a2a"
 )
@@ -111,43 +109,4 @@ func checkItem(item *a2a.StreamResponse) string {
 		}
 	}
 	return bad
-}
-
-// logGate lets through one log line per key every logEvery and counts the
-// others, so that a flood of refused events costs a line every few
-// seconds, not one per event. It holds at most maxGateKeys keys.
-type logGate struct {
-	mu sync.Mutex
-	m  map[string]*gateEntry
-}
-
-type gateEntry struct {
-	last time.Time
-	held int
-}
-
-const (
-	logEvery    = 10 * time.Second
-	maxGateKeys = 1024
-)
-
-// allow reports whether a line for key may be written now, and how many
-// were held back since the last one.
-func (g *logGate) allow(key string, now time.Time) (ok bool, held int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil || len(g.m) >= maxGateKeys {
-		g.m = map[string]*gateEntry{}
-	}
-	e := g.m[key]
-	if e == nil {
-		g.m[key] = &gateEntry{last: now}
-		return true, 0
-	}
-	if now.Sub(e.last) < logEvery {
-		e.held++
-		return false, 0
-	}
-	held, e.held, e.last = e.held, 0, now
-	return true, held
 }

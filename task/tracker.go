@@ -16,6 +16,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/lograte"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,7 +74,7 @@ type Tracker struct {
 	// block.
 	OnDrop func(agentID, reason string)
 
-	gate logGate // bounds the log lines about dropped events
+	gate lograte.Gate // bounds the log lines about dropped and retried events
 }
 
 func (t *Tracker) now() time.Time {
@@ -189,7 +190,7 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 		err = &dropped{reason: DropUnknownTask}
 	case err != nil && !errors.Is(err, ErrIllegalTransition) && !errors.Is(err, errRefused):
 		if !last {
-			if ok, held := t.gate.allow("retry", time.Now()); ok {
+			if ok, held := t.gate.Allow("retry", time.Now()); ok {
 				t.Log.Warn("event not applied; will be redelivered", "subject", m.Subject(), "delivery", delivered, "err", err, "similar_not_logged", held)
 			}
 			_ = m.NakWithDelay(retryPause(delivered))
@@ -230,7 +231,7 @@ func (t *Tracker) terminate(m jetstream.Msg, reason string, err error) {
 	if t.OnDrop != nil {
 		t.OnDrop(agentID, reason)
 	}
-	if ok, held := t.gate.allow(agentID+"/"+reason, time.Now()); ok {
+	if ok, held := t.gate.Allow(agentID+"/"+reason, time.Now()); ok {
 		t.Log.Warn("event refused for good", "agent", agentID, "reason", reason, "err", err, "similar_not_logged", held)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/lograte"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/task"
@@ -106,6 +107,7 @@ type Service struct {
 	schedOnce        sync.Once
 	sched            *scheduler
 	legacyIdempotent atomic.Bool    // the store holds a task of an earlier version with an idempotency key
+	logs             lograte.Gate   // bounds the log lines about one agent's deliveries
 	bg               sync.WaitGroup // background settles
 }
 

@@ -184,14 +184,14 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			if r.State.Terminal() {
 				return nil // it was sent only to learn the id of a task to cancel
 			}
-			return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, "delivery_refused: "+truncate(err.Error(), 200), "")
+			return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, "delivery_refused: "+deliveryFault(err), "")
 		})
 		return orCurrent(got, uerr)
 	case o.Method == a2a.MethodCancelTask && (out == delivered || out == refused || out == garbled || o.Attempts >= MaxCancelAttempts):
 		// An offline agent is retried like a silent one: after a restart of
 		// a2ad with its embedded NATS, agents take a moment to reconnect.
 		if out != refused && out != delivered {
-			s.Log.Info("CancelTask not confirmed by the agent; the task is canceled regardless", "task", r.ID, "agent", r.AgentID, "attempts", o.Attempts, "err", err)
+			s.Log.Info("CancelTask not confirmed by the agent; the task is canceled regardless", "task", r.ID, "agent", r.AgentID, "attempts", o.Attempts, "err", deliveryFault(err))
 		}
 		got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
 			if !sameOutbox(r.Outbox, o) {
@@ -203,14 +203,16 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		return orCurrent(got, uerr)
 	}
 	// Not known to have arrived, or the agent is away: try again later.
-	s.Log.Info("delivery to the agent not confirmed; it will be retried", "task", r.ID, "agent", r.AgentID,
-		"method", o.Method, "attempt", o.Attempts, "err", err)
+	if ok, held := s.logs.Allow(r.AgentID+"/retry", time.Now()); ok {
+		s.Log.Info("delivery to the agent not confirmed; it will be retried", "task", r.ID, "agent", r.AgentID,
+			"method", o.Method, "attempt", o.Attempts, "err", deliveryFault(err), "similar_not_logged", held)
+	}
 	got, uerr := s.Tasks.Update(bg, r.ID, func(r *task.Record) error {
 		if !sameOutbox(r.Outbox, o) {
 			return errSkip
 		}
 		r.Outbox.NotBefore = time.Now().UTC().Add(Backoff(o.Attempts))
-		r.Outbox.LastError = truncate(err.Error(), 200)
+		r.Outbox.LastError = deliveryFault(err)
 		return nil
 	})
 	return orCurrent(got, uerr)
@@ -402,9 +404,14 @@ func (s *Service) redeliver(ctx context.Context, id string) {
 	if err != nil || r.Outbox == nil {
 		return
 	}
-	s.Log.Info("redelivering to the agent", "task", id, "agent", r.AgentID, "method", r.Outbox.Method, "attempt", r.Outbox.Attempts)
+	if ok, held := s.logs.Allow(r.AgentID+"/redeliver", time.Now()); ok {
+		s.Log.Info("redelivering to the agent", "task", id, "agent", r.AgentID, "method", r.Outbox.Method, "attempt", r.Outbox.Attempts,
+			"similar_not_logged", held)
+	}
 	if _, err := s.deliver(ctx, r, false); err != nil {
-		s.Log.Warn("redelivery settled with an error", "task", id, "err", err)
+		if ok, held := s.logs.Allow(r.AgentID+"/settled", time.Now()); ok {
+			s.Log.Warn("redelivery settled with an error", "task", id, "err", deliveryFault(err), "similar_not_logged", held)
+		}
 	}
 }
 
@@ -644,9 +651,24 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// deliveryFault says in a2ad's words why a request to an agent did not
+// complete: for task reasons, outboxes and logs, which must not carry the
+// agent's text (an error can quote what the agent sent).
+func deliveryFault(err error) string {
+	var rpcErr *a2a.RPCError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &rpcErr):
+		return rpcErr.Error() // its code only
+	case errors.Is(err, natsbind.ErrAgentOffline):
+		return "agent offline: no responder on its NATS subject"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return "no answer within the request's timeout"
+	case errors.Is(err, a2a.ErrDecode):
+		return "the agent's answer is not valid A2A 1.0"
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining), errors.Is(err, nats.ErrDisconnected):
+		return "a2ad's NATS connection is not up"
 	}
-	return s[:n] + "…"
+	return "the request failed"
 }

@@ -131,6 +131,18 @@ func (a *Agent) Serve() error {
 	return err
 }
 
+// ServeGarbled answers every request on the agent's RPC subject with a
+// JSON-RPC response whose id is text, not the request's: an answer a2ad
+// must refuse, and whose text (an instruction to a model, say) must never
+// reach a host.
+func (a *Agent) ServeGarbled(text string) error {
+	_, err := a.nc.Subscribe(natsbind.RPCSubject(a.ID), func(m *nats.Msg) {
+		b, _ := json.Marshal(a2a.Response{JSONRPC: "2.0", ID: text, Result: json.RawMessage(`{"task":{"id":"x","status":{"state":"TASK_STATE_SUBMITTED"}}}`)})
+		_ = m.Respond(b)
+	})
+	return err
+}
+
 // NextTask waits for the next brief Serve receives and returns its a2ad
 // task id.
 func (a *Agent) NextTask(ctx context.Context) (string, error) {

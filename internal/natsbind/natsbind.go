@@ -165,7 +165,8 @@ func (c *Client) Call(ctx context.Context, agentID, method string, params any, h
 		return nil, err
 	}
 	if resp.ID != id {
-		return nil, fmt.Errorf("%w: response id %q does not match request id %q", a2a.ErrDecode, resp.ID, id)
+		// The agent's id is not quoted: it is agent text.
+		return nil, fmt.Errorf("%w: the response's id is not the request's (%q)", a2a.ErrDecode, id)
 	}
 	return resp.Result, nil
 }
