@@ -60,17 +60,89 @@ type EventLimits struct {
 	// reserved in the JetStream store when the stream is created.
 	MaxPending      int64
 	MaxPendingBytes int64
+	// RecordBytesPerSecond bounds the bytes of task records a2ad writes
+	// a second applying the agent's events: a small event can make a2ad
+	// rewrite a large record (pending artifacts), so events alone do not
+	// bound the work. Beyond it, the agent's next events wait.
+	RecordBytesPerSecond int64
+	// MaxOpenRecordBytes bounds the bytes of the agent's open tasks'
+	// records, as far as its events grew them past 8 KiB each: beyond,
+	// an event that would grow one further is not applied, only counted
+	// (record_full). The tasks bucket is every tenant's: one agent must
+	// not fill it.
+	MaxOpenRecordBytes int64
 }
 
 // DefaultEventLimits fill the zero fields of an agent's EventLimits.
-var DefaultEventLimits = EventLimits{PerSecond: 1000, Burst: 2000, MaxEventBytes: 1 << 20, MaxPending: 10_000, MaxPendingBytes: 64 << 20}
+var DefaultEventLimits = EventLimits{PerSecond: 1000, Burst: 2000, MaxEventBytes: 1 << 20, MaxPending: 10_000, MaxPendingBytes: 64 << 20,
+	RecordBytesPerSecond: 16 << 20, MaxOpenRecordBytes: 128 << 20}
 
 func (l EventLimits) withDefaults() EventLimits {
 	d := DefaultEventLimits
 	l.PerSecond, l.Burst = cmp.Or(l.PerSecond, d.PerSecond), cmp.Or(l.Burst, d.Burst)
 	l.MaxEventBytes, l.MaxPending, l.MaxPendingBytes = cmp.Or(l.MaxEventBytes, d.MaxEventBytes),
 		cmp.Or(l.MaxPending, d.MaxPending), cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
+	l.RecordBytesPerSecond, l.MaxOpenRecordBytes = cmp.Or(l.RecordBytesPerSecond, d.RecordBytesPerSecond), cmp.Or(l.MaxOpenRecordBytes, d.MaxOpenRecordBytes)
 	return l
+}
+
+// bigRecord is the size past which the bytes of an open record count
+// against its agent's MaxOpenRecordBytes; an honest record is a few KiB.
+const bigRecord = 8 << 10
+
+// recordBytes keeps, from the store's watcher ([Tracker.Track]), the open
+// records past bigRecord and their agents' totals.
+type recordBytes struct {
+	mu     sync.Mutex
+	tasks  map[string]sizedRecord
+	totals map[string]int64
+}
+
+type sizedRecord struct {
+	agent string
+	bytes int64
+}
+
+// Track is the task store's change callback for the tracker: it keeps the
+// size of each agent's open records (see EventLimits.MaxOpenRecordBytes).
+// It may be called before Run.
+func (t *Tracker) Track(sn Snapshot) {
+	b := &t.records
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tasks == nil {
+		b.tasks, b.totals = map[string]sizedRecord{}, map[string]int64{}
+	}
+	if old, ok := b.tasks[sn.ID]; ok {
+		if b.totals[old.agent] -= old.bytes; b.totals[old.agent] <= 0 {
+			delete(b.totals, old.agent)
+		}
+		delete(b.tasks, sn.ID)
+	}
+	if !sn.Deleted && !sn.State.Terminal() && sn.Bytes > bigRecord {
+		b.tasks[sn.ID] = sizedRecord{agent: sn.AgentID, bytes: int64(sn.Bytes)}
+		b.totals[sn.AgentID] += int64(sn.Bytes)
+	}
+}
+
+// recordBudget is what the record of task taskID may grow to with
+// agentID's next event: MaxAgentRecordBytes, less what its agent's other
+// open records take past MaxOpenRecordBytes; never less than bigRecord.
+func (t *Tracker) recordBudget(agentID, taskID string) int {
+	quota := t.Agents[agentID].withDefaults().MaxOpenRecordBytes
+	b := &t.records
+	b.mu.Lock()
+	others := b.totals[agentID] - b.tasks[taskID].bytes
+	b.mu.Unlock()
+	return int(max(min(int64(MaxAgentRecordBytes), quota-others), bigRecord))
+}
+
+// charge counts n bytes of records written for agentID's event against
+// its RecordBytesPerSecond; its next events wait while it is over.
+func (t *Tracker) charge(agentID string, n int) {
+	if lim := t.writes[agentID]; lim != nil {
+		lim.ReserveN(time.Now(), min(n, lim.Burst()))
+	}
 }
 
 // eventsStreamConfig is agentID's events stream: work-queue retention (an
@@ -194,14 +266,21 @@ func (t *Tracker) Run(ctx context.Context, js jetstream.JetStream) error {
 		return err
 	}
 	var wg sync.WaitGroup
+	t.writes = map[string]*rate.Limiter{}
+	for id, l := range t.Agents {
+		l = l.withDefaults()
+		// A burst of two whole records: one event's write is never more.
+		t.writes[id] = rate.NewLimiter(rate.Limit(l.RecordBytesPerSecond), int(max(l.RecordBytesPerSecond, 2*MaxRecordBytes)))
+	}
 	for id, l := range t.Agents {
 		l = l.withDefaults()
 		lim := rate.NewLimiter(rate.Limit(l.PerSecond), l.Burst)
-		wg.Go(func() { t.consume(ctx, js, EventsStream(id), lim, l.Burst) })
+		writes := t.writes[id]
+		wg.Go(func() { t.consume(ctx, js, EventsStream(id), lim, writes, l.Burst) })
 	}
 	if legacy != nil {
 		lctx, done := context.WithCancel(ctx)
-		wg.Go(func() { t.consume(lctx, js, LegacyEventsStream, rate.NewLimiter(rate.Inf, 1), 256) })
+		wg.Go(func() { t.consume(lctx, js, LegacyEventsStream, rate.NewLimiter(rate.Inf, 1), nil, 256) })
 		wg.Go(func() {
 			defer done()
 			t.retireWhenEmpty(lctx, js, legacy)
@@ -237,10 +316,12 @@ func (t *Tracker) retireWhenEmpty(ctx context.Context, js jetstream.JetStream, l
 }
 
 // consume applies the events of one stream until ctx ends: lim paces them,
+// writes (if not nil) holds them back while the agent's record writes are
+// over its RecordBytesPerSecond,
 // and each task's go to the same worker, in the order delivered. A
 // consumer that fails (deleted by an operator, a stream leader gone) is
 // created again after a pause.
-func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream string, lim *rate.Limiter, burst int) {
+func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream string, lim, writes *rate.Limiter, burst int) {
 	n := cmp.Or(t.Workers, DefaultWorkers)
 	queues := make([]chan streamMsg, n)
 	var wg sync.WaitGroup
@@ -252,6 +333,11 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 				case <-ctx.Done():
 					return // what is queued is redelivered after the ack wait
 				case m := <-queues[i]:
+					// Record writes are charged after each event: the
+					// next waits while the agent is over its rate.
+					if !waitWrites(ctx, writes, m.Msg) {
+						return
+					}
 					t.handle(ctx, m.st, m.Msg)
 				}
 			}
@@ -260,6 +346,11 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 	defer wg.Wait()
 	for ctx.Err() == nil {
 		err := t.pull(ctx, js, stream, lim, burst, func(st jetstream.Stream, m jetstream.Msg) {
+			// Nothing more is pulled while the agent is over its rate of
+			// record writes: what is not delivered has no ack wait running.
+			if !waitWrites(ctx, writes, m) {
+				return
+			}
 			select {
 			case queues[partition(m.Subject(), n)] <- streamMsg{m, st}:
 			case <-ctx.Done():
@@ -276,6 +367,31 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// waitWrites waits while writes (nil: no limit) is over its rate, telling
+// the stream that m is in progress when that is long; false when ctx ended.
+func waitWrites(ctx context.Context, writes *rate.Limiter, m jetstream.Msg) bool {
+	if writes == nil {
+		return true
+	}
+	r := writes.Reserve()
+	d := r.Delay()
+	if d <= 0 {
+		return true
+	}
+	if d > ackWait/4 {
+		_ = m.InProgress() // its ack wait starts again
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		r.Cancel()
+		return false
 	}
 }
 

@@ -273,3 +273,94 @@ func TestLegacyEventsStreamIsDrainedAndDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// trackerWithStore is a tracker whose store's watcher feeds it
+// (Tracker.Track), as the daemon wires it, for agents with limits.
+func trackerWithStore(t *testing.T, agents map[string]EventLimits) (*Tracker, jetstream.JetStream) {
+	t.Helper()
+	_, _, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tr := &Tracker{Schemas: builtinSchemas(t), Log: newTracker(t).Log, Agents: agents}
+	s, err := NewStore(ctx, js, 1, tr.Track)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Store = s
+	return tr, js
+}
+
+// bigText is an artifact update of one text part of n bytes.
+func bigText(n int) string {
+	return `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"text":"` + strings.Repeat("t", n) + `"}]},"lastChunk":true}}`
+}
+
+// An agent's open records together may take MaxOpenRecordBytes as far as
+// its events grew them: past it, an event that would grow one further is
+// only counted, and the tasks bucket stays every tenant's.
+func TestOpenRecordBytesAreBoundedPerAgent(t *testing.T) {
+	tr, _ := trackerWithStore(t, map[string]EventLimits{"fraud-review": {MaxOpenRecordBytes: 1 << 20}})
+	for i := range 4 {
+		id := fmt.Sprintf("t%d", i)
+		create(t, tr, id)
+		err := apply(t, tr, "a2a.events.fraud-review."+id, id+".1", bigText(300<<10))
+		switch {
+		case i < 3 && err != nil:
+			t.Fatalf("task %d's artifact: %v", i, err)
+		case i == 3 && DropReason(err) != DropRecordFull:
+			t.Fatalf("task 3's artifact, past the agent's 1 MiB: %v, want %s", err, DropRecordFull)
+		}
+		waitUntil(t, "the watcher saw the record", func() bool {
+			tr.records.mu.Lock()
+			defer tr.records.mu.Unlock()
+			return tr.records.tasks[id].bytes > 0 || i == 3
+		})
+	}
+	if r := get(t, tr, "t3"); r.EventsUnrecorded != 1 || len(r.Pending) != 0 {
+		t.Fatalf("t3: %d events unrecorded, %d pending, want 1 and 0", r.EventsUnrecorded, len(r.Pending))
+	}
+	// Small events of the same agent still apply, and a task that ends
+	// gives its bytes back.
+	if err := apply(t, tr, "a2a.events.fraud-review.t3", "t3.2", working); err != nil {
+		t.Fatalf("a small event: %v", err)
+	}
+	if err := apply(t, tr, "a2a.events.fraud-review.t0", "t0.2", completed); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "t0's bytes given back", func() bool {
+		tr.records.mu.Lock()
+		defer tr.records.mu.Unlock()
+		_, open := tr.records.tasks["t0"]
+		return !open
+	})
+	if err := apply(t, tr, "a2a.events.fraud-review.t3", "t3.3", bigText(300<<10)); err != nil {
+		t.Fatalf("t3's artifact once t0 ended: %v", err)
+	}
+}
+
+// A small event can make a2ad rewrite a large record; an agent's record
+// writes are paced by RecordBytesPerSecond, so that a flood of tiny
+// status updates on its large records costs a bounded share of a2ad.
+func TestRecordWritesArePacedPerAgent(t *testing.T) {
+	tr, js := trackerWithStore(t, map[string]EventLimits{"fraud-review": {RecordBytesPerSecond: 1 << 20}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := tr.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = tr.Run(ctx, js) }()
+	create(t, tr, "t1")
+	publish(t, js, "a2a.events.fraud-review.t1", "t1.1", bigText(400<<10))
+	const updates = 20
+	for i := range updates {
+		body := fmt.Sprintf(`{"statusUpdate":{"taskId":"a1","contextId":"c1","status":{"state":"TASK_STATE_SUBMITTED","message":{"messageId":"m%d","role":"ROLE_AGENT","parts":[{"text":"update %d"}]}}}}`, i, i)
+		publish(t, js, "a2a.events.fraud-review.t1", fmt.Sprintf("t1.%d", i+2), body)
+	}
+	// 21 writes of a 400 KiB record are 8 MiB: at 1 MiB a second (and a
+	// burst of 2 MiB) they take about 6 s; unpaced, a fraction of one.
+	time.Sleep(2 * time.Second)
+	if seq := get(t, tr, "t1").EventSeq; seq >= updates+1 {
+		t.Fatalf("all %d events applied within 2 s: record writes not paced", seq)
+	}
+	waitUntil(t, "every event applied in the end", func() bool { return get(t, tr, "t1").EventSeq == updates+1 })
+}

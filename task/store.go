@@ -102,6 +102,8 @@ type Snapshot struct {
 	ID      string
 	AgentID string
 	Deleted bool
+	// Bytes is the size of the stored record.
+	Bytes int
 	// CreatedAt is when the task was created; Idempotent whether it has an
 	// idempotency key.
 	CreatedAt  time.Time
@@ -173,7 +175,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			f.deliver(e)
 		}
 		s.mu.Unlock()
-		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut}
+		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value())}
 		if !snap.Deleted {
 			var v struct {
 				AgentID        string    `json:"agent_id"`
@@ -487,7 +489,7 @@ func (s *Store) leaderGet(ctx context.Context, id string) ([]byte, uint64, error
 // ErrRecordFull. A store with no room for the write fails with an error
 // wrapping ErrUnavailable, at once.
 func (s *Store) Update(ctx context.Context, id string, mutate func(*Record) error) (*Record, error) {
-	return s.update(ctx, id, mutate, MaxRecordBytes, nil)
+	return s.update(ctx, id, mutate, MaxRecordBytes, nil, nil)
 }
 
 // MaxRecordBytes bounds the JSON encoding of a task record: a KV value is
@@ -522,7 +524,8 @@ func unavailable(err error) error {
 // more than budget bytes, the record is read again and overflow (if not
 // nil) applies instead what must be written anyway (counters); without
 // overflow, or when even that is over MaxRecordBytes, ErrRecordFull.
-func (s *Store) update(ctx context.Context, id string, mutate func(*Record) error, budget int, overflow func(*Record) error) (*Record, error) {
+// wrote, if not nil, is told the size of what was written.
+func (s *Store) update(ctx context.Context, id string, mutate func(*Record) error, budget int, overflow func(*Record) error, wrote func(bytes int)) (*Record, error) {
 	var lastWrite []byte // bytes of a write whose outcome is unknown
 	var lastRec *Record
 	var lastErr error
@@ -535,6 +538,9 @@ func (s *Store) update(ctx context.Context, id string, mutate func(*Record) erro
 		}
 		if lastWrite != nil && s.holds(ctx, id, lastWrite) {
 			s.written(lastRec, lastMark)
+			if wrote != nil {
+				wrote(len(lastWrite))
+			}
 			return lastRec, lastErr
 		}
 		lastWrite = nil
@@ -574,6 +580,9 @@ func (s *Store) update(ctx context.Context, id string, mutate func(*Record) erro
 			return nil, fmt.Errorf("task: update %s: %w", id, unavailable(err))
 		}
 		s.written(r, mark)
+		if wrote != nil {
+			wrote(len(b))
+		}
 		return r, merr
 	}
 	return nil, ErrConflict

@@ -20,6 +20,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/untrusted"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 )
 
 // MaxPendingBytes caps the JSON encoding of the artifact content one task
@@ -74,7 +75,9 @@ type Tracker struct {
 	// block.
 	OnDrop func(agentID, reason string)
 
-	gate lograte.Gate // bounds the log lines about dropped and retried events
+	gate    lograte.Gate             // bounds the log lines about dropped and retried events
+	writes  map[string]*rate.Limiter // per agent: RecordBytesPerSecond (set by Run)
+	records recordBytes              // per agent: its open records past bigRecord
 }
 
 func (t *Tracker) now() time.Time {
@@ -423,9 +426,11 @@ func (t *Tracker) apply(ctx context.Context, subject, msgID string, data []byte,
 	// (a duplicate stays one), except a gap, which may be an event another
 	// instance applied that this one's watcher has not shown yet: a gap is
 	// looked at again on a read of the store.
-	_, err = t.Store.update(withCachedReads(ctx), ev.taskID, mutate, MaxAgentRecordBytes, overflow)
+	budget := t.recordBudget(ev.agentID, ev.taskID)
+	wrote := func(n int) { t.charge(ev.agentID, n) }
+	_, err = t.Store.update(withCachedReads(ctx), ev.taskID, mutate, budget, overflow, wrote)
 	if errors.Is(err, errGap) {
-		_, err = t.Store.update(ctx, ev.taskID, mutate, MaxAgentRecordBytes, overflow)
+		_, err = t.Store.update(ctx, ev.taskID, mutate, budget, overflow, wrote)
 	}
 	switch {
 	case drop != nil && (err == nil || errors.Is(err, errNoChange)):

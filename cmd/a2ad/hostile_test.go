@@ -57,6 +57,9 @@ agents:
     trust_on_first_use: true
     limits:
       max_pending_bytes: 16777216
+      # The race detector makes a2ad's JSON work 10-20 times slower: the
+      # default 16 MiB a second of record writes would take both cores.
+      record_bytes_per_second: 2097152
   - id: flooder
     tenants: [acme]
     limits:
@@ -796,4 +799,36 @@ func TestHostileAnswerTextStaysOutOfReasons(t *testing.T) {
 		t.Error("the log quotes the agent")
 	}
 	r.delegations(2, "after-garbled")
+}
+
+// Measured before: an agent grew its own tasks' records to about 500 KB
+// (an artifact chunk that stays pending), then sent tiny same-state
+// updates to them: each made a2ad decode, encode and write the whole
+// record — about 120 times the agent's own cost — and honest delegations
+// went from 5 ms to 239–787 ms. Record writes are now paced per agent
+// (record_bytes_per_second), and an agent's open records are bounded
+// together (max_open_record_bytes).
+func TestHostileRecordRewrites(t *testing.T) {
+	r := startRig(t)
+	idle := r.delegations(10, "idle")
+	var tasks []string
+	for i := range 8 {
+		out := r.acme.mustCall("delegate", map[string]any{"agent": "mallory", "skill": "assess_refund_risk", "objective": "Assess.",
+			"evidence": map[string]any{"case_id": fmt.Sprintf("R-%d", i)}, "output_schema": "risk_assessment", "wait_seconds": 0})
+		tasks = append(tasks, out.TaskID)
+	}
+	done := make(chan hostile.Stats, 1)
+	const flood = 6 * time.Second
+	go func() { done <- r.mallory.Rewrites(context.Background(), tasks, 480_000, flood) }()
+	time.Sleep(time.Second)
+	var under []time.Duration
+	for until := time.Now().Add(flood - 2*time.Second); time.Now().Before(until); {
+		under = append(under, r.delegations(1, fmt.Sprint("rewrites-", len(under)))...)
+	}
+	st := <-done
+	t.Logf("rewrites: %s", st.String())
+	r.logLatency("tiny updates rewriting 480 KB records", idle, under)
+	if st.Acked < 100 {
+		t.Fatalf("the attack stored only %d events", st.Acked)
+	}
 }

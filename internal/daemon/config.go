@@ -115,6 +115,16 @@ type AgentLimits struct {
 	// server at once (replicas of one agent each hold one); beyond, the
 	// newest are closed and more refused. Default 16.
 	MaxConnections int `yaml:"max_connections"`
+	// RecordBytesPerSecond bounds the bytes of task records a2ad writes a
+	// second applying the agent's events (a small event can rewrite a
+	// large record); beyond, its next events wait. Default 16777216 (16
+	// MiB).
+	RecordBytesPerSecond int64 `yaml:"record_bytes_per_second"`
+	// MaxOpenRecordBytes bounds what the agent's open tasks' records take,
+	// as far as its events grew each past 8 KiB; beyond, an event that
+	// would grow one further is not applied, only counted (record_full).
+	// Default 134217728 (128 MiB).
+	MaxOpenRecordBytes int64 `yaml:"max_open_record_bytes"`
 	// MaxSubscriptions bounds the agent's subscriptions on the embedded
 	// server, over all its connections (an agent needs a few on each: its
 	// RPC subject and its inbox); each one matching a subject a2ad
@@ -131,12 +141,14 @@ var DefaultAgentLimits = AgentLimits{
 	MaxEventBytes: task.DefaultEventLimits.MaxEventBytes, MaxPendingEvents: task.DefaultEventLimits.MaxPending,
 	MaxPendingBytes: task.DefaultEventLimits.MaxPendingBytes, RegistrationsPerMinute: 12, MaxPublishesPerSecond: 10_000,
 	MaxConnections: 16, MaxSubscriptions: 256,
+	RecordBytesPerSecond: task.DefaultEventLimits.RecordBytesPerSecond, MaxOpenRecordBytes: task.DefaultEventLimits.MaxOpenRecordBytes,
 }
 
 // events are the limits of l that bound the agent's events.
 func (l AgentLimits) events() task.EventLimits {
 	return task.EventLimits{PerSecond: l.EventsPerSecond, Burst: l.EventsBurst, MaxEventBytes: l.MaxEventBytes,
-		MaxPending: l.MaxPendingEvents, MaxPendingBytes: l.MaxPendingBytes}
+		MaxPending: l.MaxPendingEvents, MaxPendingBytes: l.MaxPendingBytes,
+		RecordBytesPerSecond: l.RecordBytesPerSecond, MaxOpenRecordBytes: l.MaxOpenRecordBytes}
 }
 
 // Or returns l with each zero field taken from d.
@@ -150,6 +162,8 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	l.MaxPublishesPerSecond = cmp.Or(l.MaxPublishesPerSecond, d.MaxPublishesPerSecond)
 	l.MaxConnections = cmp.Or(l.MaxConnections, d.MaxConnections)
 	l.MaxSubscriptions = cmp.Or(l.MaxSubscriptions, d.MaxSubscriptions)
+	l.RecordBytesPerSecond = cmp.Or(l.RecordBytesPerSecond, d.RecordBytesPerSecond)
+	l.MaxOpenRecordBytes = cmp.Or(l.MaxOpenRecordBytes, d.MaxOpenRecordBytes)
 	return l
 }
 
@@ -172,6 +186,10 @@ func (l AgentLimits) Check(prefix string) error {
 		return fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute)
 	case l.MaxPublishesPerSecond < l.EventsPerSecond:
 		return fmt.Errorf("config: %s.max_publishes_per_second %v: want at least events_per_second (%v)", prefix, l.MaxPublishesPerSecond, l.EventsPerSecond)
+	case l.RecordBytesPerSecond < 1<<20:
+		return fmt.Errorf("config: %s.record_bytes_per_second %d: want at least 1048576 (1 MiB)", prefix, l.RecordBytesPerSecond)
+	case l.MaxOpenRecordBytes < 1<<20:
+		return fmt.Errorf("config: %s.max_open_record_bytes %d: want at least 1048576 (1 MiB)", prefix, l.MaxOpenRecordBytes)
 	case l.MaxConnections < 1:
 		return fmt.Errorf("config: %s.max_connections %d: want at least 1", prefix, l.MaxConnections)
 	case l.MaxSubscriptions < 16:

@@ -258,13 +258,23 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// Tasks of earlier versions are found by their ids for as long as
 		// one delegated before the key existed may still run.
 		LegacyIdempotencyUntil: idemSince.Add(time.Duration(limitsOfBriefs.MaxDeadlineSeconds) * time.Second)}
+	policies := map[string]artifact.Policy{}
+	limits := map[string]task.EventLimits{}
+	for _, a := range cfg.Agents {
+		policies[a.ID] = a.Artifacts
+		limits[a.ID] = a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits).events()
+	}
+	tracker := &task.Tracker{Schemas: schemas, Log: log, Policies: policies, Agents: limits, Replicas: cfg.Replicas,
+		OnDrop: d.obs.eventDropped}
 	store, err := task.NewStore(runCtx, js, cfg.Replicas, func(sn task.Snapshot) {
 		d.Service.Track(sn)
+		tracker.Track(sn)
 		d.obs.track(sn)
 	})
 	if err != nil {
 		return nil, err
 	}
+	tracker.Store = store
 	store.OnWrite = d.obs.taskWritten
 	d.Service.Tasks = store
 	d.wg.Add(2)
@@ -280,14 +290,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		case <-runCtx.Done():
 		}
 	}()
-	policies := map[string]artifact.Policy{}
-	limits := map[string]task.EventLimits{}
-	for _, a := range cfg.Agents {
-		policies[a.ID] = a.Artifacts
-		limits[a.ID] = a.Limits.Or(cfg.AgentLimits).Or(DefaultAgentLimits).events()
-	}
-	tracker := &task.Tracker{Store: store, Schemas: schemas, Log: log, Policies: policies, Agents: limits, Replicas: cfg.Replicas,
-		OnDrop: d.obs.eventDropped}
 	if err := tracker.EnsureStreams(ctx, js); err != nil {
 		if jsretry.StorageFull(err) {
 			return nil, fmt.Errorf("%w: the JetStream store cannot reserve every agent's agent_limits.max_pending_bytes; lower it or raise jetstream_max_store (or the account's limit)", err)

@@ -298,6 +298,39 @@ func (a *Agent) FloodLarge(ctx context.Context, d time.Duration, size int) Stats
 	})
 }
 
+// Rewrites grows each of the agent's own tasks (a2ad task ids) to about
+// size bytes — WORKING, then an artifact chunk of size bytes that stays
+// pending —, then, for d, publishes same-state WORKING updates with new
+// status text to them as fast as its limits allow: each is a few hundred
+// bytes for the agent and a rewrite of the whole record for a2ad.
+func (a *Agent) Rewrites(ctx context.Context, tasks []string, size int, d time.Duration) Stats {
+	var c counter
+	seq := map[string]int{}
+	next := func(task string, body []byte) {
+		seq[task]++
+		c.sent.Add(1)
+		_, err := a.js.PublishMsg(ctx, event(natsbind.EventsSubject(a.ID, task), fmt.Sprintf("%s.%d", task, seq[task]), body))
+		c.settle(err)
+	}
+	chunk := []byte(`{"artifactUpdate":{"taskId":"evil","contextId":"ctx-evil","artifact":{"artifactId":"big","parts":[{"text":"` +
+		strings.Repeat("B", size) + `"}]}}}`)
+	for _, task := range tasks {
+		next(task, working)
+		next(task, chunk)
+	}
+	grown := c.stats()
+	st := a.flood(ctx, d, 0, 0, func(n int64) *nats.Msg {
+		task := tasks[int(n)%len(tasks)]
+		seq[task]++
+		body := fmt.Sprintf(`{"statusUpdate":{"taskId":"evil","contextId":"ctx-evil","status":{"state":"TASK_STATE_WORKING","message":{"messageId":"m%d","role":"ROLE_AGENT","parts":[{"text":"still working %d"}]}}}}`, n, n)
+		return event(natsbind.EventsSubject(a.ID, task), fmt.Sprintf("%s.%d", task, seq[task]), []byte(body))
+	})
+	st.Sent += grown.Sent
+	st.Acked += grown.Acked
+	st.Refused += grown.Refused
+	return st
+}
+
 // Prepublish publishes the event ids taskID.1 … taskID.n on the agent's
 // own subject for taskID (another agent's task, whose id it learnt or
 // computed), hoping JetStream's deduplication drops the owner's events.
