@@ -18,15 +18,18 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Scan reports whether s contains injection phrasing and, if so, its kind
 // (see [Kinds]): that of the first pattern, in a fixed order, to match in
 // the first sentence of s that holds a match. Matching ignores case and sees
 // through the usual disguises: zero-width and other invisible format
-// characters, combining marks, Unicode spaces, full-width forms,
-// mathematical and circled letters, common Cyrillic and Greek look-alikes,
-// and '_' or '-' between words.
+// characters, accents and other combining marks, Unicode spaces,
+// compatibility characters (full-width forms, mathematical, circled and
+// Roman-numeral letters, ligatures), common Cyrillic and Greek look-alikes,
+// angle-bracket look-alikes, and '_' or '-' between words.
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -340,52 +343,60 @@ func spaceSeparators(r rune) rune {
 	return r
 }
 
-// fold rewrites s so that disguised letters and spaces become ASCII: format
-// characters (zero-width space and joiners, bidi controls, soft hyphen, tag
-// characters) and combining marks are dropped; Unicode spaces become ' ';
-// typographic apostrophes become '\”; full-width forms, mathematical
-// alphanumerics, circled letters and a table of Cyrillic and Greek
-// look-alikes become the ASCII letter or digit they show; a letter whose
-// case-folding orbit holds an ASCII letter (the Kelvin sign, long s) becomes
-// that letter. Invalid UTF-8 becomes U+FFFD.
+// fold rewrites s so that disguised letters, spaces and angle brackets
+// become ASCII. Each character is first replaced by its Unicode
+// compatibility decomposition (NFKD: full-width forms, mathematical
+// alphanumerics, circled letters, Roman numerals, ligatures, superscripts
+// and accented letters become plain letters and combining marks). Then
+// format characters (zero-width space and joiners, bidi controls, soft
+// hyphen, tag characters) and combining marks are dropped; Unicode spaces
+// become ' '; typographic apostrophes become ASCII ones; the Cyrillic and
+// Greek letters and the angle brackets of [lookalikes] become the ASCII
+// character they show; a letter whose case-folding orbit holds an ASCII
+// letter becomes that letter. Invalid UTF-8 becomes U+FFFD.
+//
+// Decomposition rather than NFKC: composing again would turn "e\u0301"
+// into "é", which no longer loses its mark.
 func fold(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
-	for _, r := range s {
-		if r < utf8.RuneSelf {
-			b.WriteByte(byte(r))
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			b.WriteByte(s[i])
+			i++
 			continue
 		}
-		if m := foldRune(r); m >= 0 {
-			b.WriteRune(m)
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if d := norm.NFKD.PropertiesString(s[i:]).Decomposition(); d != nil && r != utf8.RuneError {
+			for _, r := range string(d) {
+				writeFolded(&b, r)
+			}
+		} else {
+			writeFolded(&b, r)
 		}
+		i += size
 	}
 	return b.String()
 }
 
-// foldRune returns what fold writes for r, which is not ASCII; -1 drops it.
+func writeFolded(b *strings.Builder, r rune) {
+	if r < utf8.RuneSelf {
+		b.WriteByte(byte(r))
+	} else if m := foldRune(r); m >= 0 {
+		b.WriteRune(m)
+	}
+}
+
+// foldRune returns what fold writes for r, which is not ASCII and has no
+// compatibility decomposition; -1 drops it.
 func foldRune(r rune) rune {
 	switch {
 	case unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r):
 		return -1
 	case unicode.IsSpace(r) || unicode.Is(unicode.Zs, r):
 		return ' '
-	case r == '\u2018' || r == '\u2019' || r == '\u02bc' || r == '\uff07':
+	case r == '\u2018' || r == '\u2019' || r == '\u02bc':
 		return '\''
-	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
-		return r - 0xFEE0
-	case r >= 0x1D400 && r <= 0x1D6A3: // mathematical alphanumerics: 13 alphabets of A–Z a–z
-		i := (r - 0x1D400) % 52
-		if i < 26 {
-			return 'A' + i
-		}
-		return 'a' + i - 26
-	case r >= 0x1D7CE && r <= 0x1D7FF: // mathematical digits: 5 sets of 0–9
-		return '0' + (r-0x1D7CE)%10
-	case r >= 0x24B6 && r <= 0x24CF: // Ⓐ–Ⓩ
-		return 'A' + r - 0x24B6
-	case r >= 0x24D0 && r <= 0x24E9: // ⓐ–ⓩ
-		return 'a' + r - 0x24D0
 	}
 	if m, ok := lookalikes[r]; ok {
 		return m
@@ -398,7 +409,8 @@ func foldRune(r rune) rune {
 	return r
 }
 
-// lookalikes maps Cyrillic and Greek letters that render like Latin ones.
+// lookalikes maps Cyrillic and Greek letters that render like Latin ones,
+// and angle brackets and quotation marks that render like '<' and '>'.
 var lookalikes = map[rune]rune{
 	'а': 'a', 'в': 'b', 'е': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c', 'т': 't',
 	'у': 'y', 'х': 'x', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ѕ': 's', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'ɡ': 'g',
@@ -408,4 +420,6 @@ var lookalikes = map[rune]rune{
 	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Ζ': 'Z', 'Η': 'H', 'Ι': 'I', 'Κ': 'K', 'Μ': 'M', 'Ν': 'N', 'Ο': 'O',
 	'Ρ': 'P', 'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
 	'ı': 'i', 'ȷ': 'j',
+	'‹': '<', '›': '>', '«': '<', '»': '>', '〈': '<', '〉': '>', '《': '<', '》': '>', '⟨': '<', '⟩': '>',
+	'❬': '<', '❭': '>', '❮': '<', '❯': '>', '˂': '<', '˃': '>', 'ᐸ': '<', 'ᐳ': '>',
 }
