@@ -12,6 +12,7 @@
 package untrusted
 
 import (
+	"html"
 	"math/bits"
 	"regexp"
 	"slices"
@@ -29,7 +30,8 @@ import (
 // characters, accents and other combining marks, Unicode spaces,
 // compatibility characters (full-width forms, mathematical, circled and
 // Roman-numeral letters, ligatures), common Cyrillic and Greek look-alikes,
-// angle-bracket look-alikes, and '_' or '-' between words.
+// angle-bracket look-alikes, HTML character references, and '_' or '-'
+// between words.
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -37,12 +39,49 @@ import (
 // match could begin; so ordinary prose costs a few nanoseconds a byte and,
 // when it is ASCII, no allocation.
 func Scan(s string) (kind string, found bool) {
+	sc := scanner{s: prepare(s)}
+	return sc.scan()
+}
+
+// prepare returns s as the scanner reads it: folded if it is not ASCII
+// (see [fold]), then, if it holds an HTML character reference that ends in
+// ';' ("&lt;system&gt;", "&#60;"), with references decoded, one level, and
+// folded again if that gave non-ASCII characters.
+func prepare(s string) string {
 	if !isASCII(s) {
 		s = fold(s)
 	}
-	sc := scanner{s: s}
-	return sc.scan()
+	if hasReference(s) {
+		if s = html.UnescapeString(s); !isASCII(s) {
+			s = fold(s)
+		}
+	}
+	return s
 }
+
+// hasReference reports whether s holds '&', a name or number and ';'. An
+// ampersand in prose ("AT&T", "Q&A") is not one, so such prose is not
+// copied.
+func hasReference(s string) bool {
+	for {
+		i := strings.IndexByte(s, '&')
+		if i < 0 {
+			return false
+		}
+		s = s[i+1:]
+		n := 0
+		for n < len(s) && n <= maxReference && (lower[s[n]] != 0 || s[n] == '#') {
+			n++
+		}
+		if n > 0 && n < len(s) && s[n] == ';' {
+			return true
+		}
+	}
+}
+
+// maxReference bounds the name or number of an HTML character reference
+// ("CounterClockwiseContourIntegral", 31 letters).
+const maxReference = 32
 
 // scanner holds one string being scanned and, once a pattern has to run,
 // the same string with '_' and '-' made spaces (same length, same offsets).
