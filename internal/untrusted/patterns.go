@@ -72,10 +72,10 @@ var core = []pattern{
 		"<; system assistant user instruction instructions"},
 }
 
-// more are the expressions [Scan] adds to core. [Scan] matches them
-// against text whose '_' and '-' are spaces, so "ignore-previous-
-// instructions" and "<|im_start|>" are matched as "ignore previous
-// instructions" and "<|im start|>".
+// more are the expressions [Scan] adds to core. [Scan] matches every
+// expression against respaced text (see respace), so "ignore-previous-
+// instructions", "ignore.previous/instructions" and "<|im_start|>" are
+// matched as "ignore previous instructions" and "<|im start|>".
 //
 // Deliberately absent, because fraud-review prose says them: "ignore" or
 // "disregard" with an ordinary object ("ignore case C-12 as it is a

@@ -30,8 +30,10 @@ import (
 // characters, accents and other combining marks, Unicode spaces,
 // compatibility characters (full-width forms, mathematical, circled and
 // Roman-numeral letters, ligatures), common Cyrillic and Greek look-alikes,
-// angle-bracket look-alikes, HTML character references, and '_' or '-'
-// between words.
+// angle-bracket look-alikes, HTML character references, and '_', '-', '/',
+// '+' or '.' between words ("ignore.all.previous.instructions": a '.'
+// between two letters joins words; beside a space, a digit or the end it
+// ends a sentence).
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -51,7 +53,7 @@ func prepare(s string) string {
 	if !isASCII(s) {
 		s = fold(s)
 	}
-	if hasReference(s) {
+	if strings.IndexByte(s, '&') >= 0 && hasReference(s) {
 		if s = html.UnescapeString(s); !isASCII(s) {
 			s = fold(s)
 		}
@@ -83,16 +85,19 @@ func hasReference(s string) bool {
 // ("CounterClockwiseContourIntegral", 31 letters).
 const maxReference = 32
 
-// scanner holds one string being scanned and, once a pattern has to run,
-// the same string with '_' and '-' made spaces (same length, same offsets).
+// scanner holds one string being scanned and, once a pattern has to run on
+// a part that [respace] changes, the respaced string.
 type scanner struct {
-	s, spaced  string
-	haveSpaced bool
+	s, spaced string
+	// dirty is set once the scan has read a character that respace may
+	// change; haveSpaced once spaced holds respace(s).
+	dirty, haveSpaced bool
 }
 
 // scan reads s word by word. No pattern can match across '.', '!' or '?'
 // except by ending on one, so each sentence, its end mark included, is
-// checked on its own with the items it holds.
+// checked on its own with the items it holds. A '.' that joins two letters
+// ("ignore.all") is a space (see [respace]), not the end of a sentence.
 func (sc *scanner) scan() (string, bool) {
 	s := sc.s
 	var (
@@ -100,6 +105,7 @@ func (sc *scanner) scan() (string, bool) {
 		lw      [maxWord]byte // the current word, lowercase
 		n       int           // its length; -1 once longer than maxWord
 		start   int           // of the current sentence
+		dirty   bool          // see scanner
 	)
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -132,7 +138,12 @@ func (sc *scanner) scan() (string, bool) {
 		n = 0
 		switch c {
 		case '.', '!', '?':
+			if c == '.' && joins(s, i) {
+				dirty = true
+				break
+			}
 			if !present.empty() {
+				sc.dirty = dirty
 				if kind, ok := sc.sentence(present, start, i+1); ok {
 					return kind, true
 				}
@@ -140,8 +151,9 @@ func (sc *scanner) scan() (string, bool) {
 			}
 			start = i + 1
 		default:
-			if isItemChar[c] {
+			if k := charKind[c]; k != 0 {
 				present.add(charBits[c])
+				dirty = dirty || k&respaced != 0
 			}
 		}
 	}
@@ -153,6 +165,7 @@ func (sc *scanner) scan() (string, bool) {
 	if present.empty() {
 		return "", false
 	}
+	sc.dirty = dirty
 	return sc.sentence(present, start, len(s))
 }
 
@@ -179,23 +192,25 @@ func (sc *scanner) sentence(present set, start, end int) (string, bool) {
 	var (
 		buf   [16]leadAt
 		leads []leadAt // nil until a pattern is to run
+		text  string   // s, or respaced if the scan has read what respace changes
 	)
 	for ; candidates != 0; candidates &= candidates - 1 {
 		p := &all[bits.TrailingZeros64(candidates)]
 		if !p.metBy(present) {
 			continue
 		}
-		if !sc.haveSpaced {
-			sc.spaced, sc.haveSpaced = sc.s, true
-			if strings.ContainsAny(sc.s, "_-") {
-				sc.spaced = strings.Map(spaceSeparators, sc.s)
-			}
-		}
 		if leads == nil {
-			leads = sc.leads(buf[:0], start, end)
+			if sc.dirty && !sc.haveSpaced {
+				sc.spaced, sc.haveSpaced = respace(sc.s), true
+			}
+			text = sc.s
+			if sc.haveSpaced {
+				text = sc.spaced
+			}
+			leads = findLeads(buf[:0], text, start, end)
 		}
 		for _, l := range leads {
-			if l.bits.meets(p.groups[0]) && p.anchored.MatchString(sc.spaced[l.at:end]) {
+			if l.bits.meets(p.groups[0]) && p.anchored.MatchString(text[l.at:end]) {
 				return p.kind, true
 			}
 		}
@@ -209,9 +224,8 @@ type leadAt struct {
 	at   int
 }
 
-// leads appends to dst the lead items of s[start:end].
-func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
-	s := sc.s
+// findLeads appends to dst the lead items of s[start:end].
+func findLeads(dst []leadAt, s string, start, end int) []leadAt {
 	var lw [maxWord]byte
 	for i := start; i < end; {
 		if lower[s[i]] == 0 {
@@ -271,13 +285,20 @@ func (p *compiled) metBy(present set) bool {
 // maxWord bounds the length of a need word.
 const maxWord = 16
 
+// Bits of charKind.
+const (
+	item     = 1 << iota // a need item
+	respaced             // a character respace changes
+)
+
 var (
 	all      []compiled // core then more
 	wordBits = map[string]set{}
 	charBits [256]set // for the characters need may list
-	// isItemChar is true for those characters, so the scan skips the rest
-	// without touching a set.
-	isItemChar [256]bool
+	// charKind marks those characters (item) and the ones respace
+	// changes wherever they stand (respaced), so the scan skips the rest
+	// with one load.
+	charKind [256]uint8
 	// leadItems holds every item of a first need group; byLead[b] the
 	// patterns (bit i for all[i]) whose first group holds the item of bit b.
 	leadItems set
@@ -319,8 +340,9 @@ func init() {
 			var gs set
 			for _, w := range strings.Fields(g) {
 				if len(w) == 1 && strings.Contains("<|[#", w) {
-					if !isItemChar[w[0]] {
-						charBits[w[0]], isItemChar[w[0]] = bit(), true
+					if charKind[w[0]]&item == 0 {
+						charBits[w[0]] = bit()
+						charKind[w[0]] |= item
 					}
 					gs.add(charBits[w[0]])
 					continue
@@ -349,6 +371,9 @@ func init() {
 		}
 		all = append(all, c)
 	}
+	for i := range len(gaps) {
+		charKind[gaps[i]] |= respaced
+	}
 }
 
 // lower maps ASCII letters to lowercase and digits to themselves; every
@@ -365,6 +390,8 @@ var lower = func() (t [256]byte) {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
+func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
@@ -372,14 +399,6 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
-}
-
-// spaceSeparators maps '_' and '-' to a space.
-func spaceSeparators(r rune) rune {
-	if r == '_' || r == '-' {
-		return ' '
-	}
-	return r
 }
 
 // fold rewrites s so that disguised letters, spaces and angle brackets
