@@ -334,6 +334,25 @@ func TestFold(t *testing.T) {
 	}
 }
 
+// plain reads eight bytes at a time: every position of a non-ASCII byte or
+// '&' must show, in strings of every length around a word's.
+func TestPlain(t *testing.T) {
+	for n := range 20 {
+		base := strings.Repeat("a", n)
+		if !plain(base) {
+			t.Errorf("plain(%q) = false", base)
+		}
+		for i := range n {
+			for _, c := range []byte{'&', 0x80, 0xff, '%', '\'', 0x7f} {
+				s := base[:i] + string(c) + base[i+1:]
+				if want := isASCII(s) && !strings.Contains(s, "&"); plain(s) != want {
+					t.Errorf("plain(%q) = %v, want %v", s, !want, want)
+				}
+			}
+		}
+	}
+}
+
 func TestScanAllocs(t *testing.T) {
 	for _, benign := range []string{
 		"Refund requested three days after delivery confirmation, with a claim that the parcel never arrived.",
