@@ -105,48 +105,36 @@ func (sc *scanner) scan() (string, bool) {
 	s := sc.s
 	var (
 		present set
-		lw      [maxWord]byte // the current word, lowercase
-		n       int           // its length; -1 once longer than maxWord
-		start   int           // of the current sentence
-		dirty   bool          // see scanner
+		start   int // of the current sentence
 	)
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if l := lower[c]; l != 0 {
-			if n != 0 && i > 0 && isDigit(s[i-1]) != isDigit(c) {
-				// Letters and digits are separate words ("instructions0"):
-				// patterns need no boundary after their last word.
-				if n > 0 {
-					if b, ok := lookup(lw[:n]); ok {
-						present.add(b)
-					}
+		if lower[c] != 0 {
+			// A word: a run of letters, or of digits ("instructions0" is
+			// two: patterns need no boundary after their last word).
+			j := i + 1
+			if isDigit(c) {
+				for j < len(s) && isDigit(s[j]) {
+					j++
 				}
-				n = 0
+			} else {
+				for j < len(s) && isLetter(s[j]) {
+					j++
+				}
 			}
-			switch {
-			case n < 0:
-			case n < maxWord:
-				lw[n] = l
-				n++
-			default:
-				n = -1
-			}
-			continue
-		}
-		if n > 0 {
-			if b, ok := lookup(lw[:n]); ok {
+			if b, ok := lookup(s[i:j]); ok {
 				present.add(b)
 			}
+			i = j - 1
+			continue
 		}
-		n = 0
 		switch c {
 		case '.', '!', '?':
 			if c == '.' && joins(s, i) {
-				dirty = true
+				sc.dirty = true
 				break
 			}
 			if !present.empty() {
-				sc.dirty = dirty
 				if kind, ok := sc.sentence(present, start, i+1); ok {
 					return kind, true
 				}
@@ -156,28 +144,31 @@ func (sc *scanner) scan() (string, bool) {
 		default:
 			if k := charKind[c]; k != 0 {
 				present.add(charBits[c])
-				dirty = dirty || k&respaced != 0
+				sc.dirty = sc.dirty || k&respaced != 0
 			}
-		}
-	}
-	if n > 0 {
-		if b, ok := lookup(lw[:n]); ok {
-			present.add(b)
 		}
 	}
 	if present.empty() {
 		return "", false
 	}
-	sc.dirty = dirty
 	return sc.sentence(present, start, len(s))
 }
 
-// lookup returns the bits of need word w (lowercase); false if it is none.
-func lookup(w []byte) (set, bool) {
-	if !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
+// lookup returns the bits of need word w, in any case; false if it is
+// none.
+func lookup(w string) (set, bool) {
+	if len(w) > maxWord || !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
 		return set{}, false
 	}
-	b, ok := wordBits[string(w)]
+	return lookupWord(w)
+}
+
+func lookupWord(w string) (set, bool) {
+	var lw [maxWord]byte
+	for i := range len(w) {
+		lw[i] = lower[w[i]]
+	}
+	b, ok := wordBits[string(lw[:len(w)])]
 	return b, ok
 }
 
@@ -229,7 +220,6 @@ type leadAt struct {
 
 // findLeads appends to dst the lead items of s[start:end].
 func findLeads(dst []leadAt, s string, start, end int) []leadAt {
-	var lw [maxWord]byte
 	for i := start; i < end; {
 		if lower[s[i]] == 0 {
 			if b := charBits[s[i]]; b.meets(leadItems) {
@@ -242,15 +232,10 @@ func findLeads(dst []leadAt, s string, start, end int) []leadAt {
 		for j < end && lower[s[j]] != 0 && isDigit(s[j]) == isDigit(s[i]) {
 			j++
 		}
-		if j-i <= maxWord {
-			for k := i; k < j; k++ {
-				lw[k-i] = lower[s[k]]
-			}
-			// A word split off a digit run ("0SYSTEM") does not begin at a
-			// word boundary, where every pattern's lead word begins.
-			if b, _ := lookup(lw[:j-i]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
-				dst = append(dst, leadAt{b, i})
-			}
+		// A word split off a digit run ("0SYSTEM") does not begin at a word
+		// boundary, where every pattern's lead word begins.
+		if b, _ := lookup(s[i:j]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
+			dst = append(dst, leadAt{b, i})
 		}
 		i = j
 	}
@@ -309,10 +294,11 @@ var (
 	// maybe[n][f][l] is true if some need word has length n, first
 	// character class f and last class l (see class).
 	maybe [maxWord + 1][37][37]bool
-	// class numbers a..z 1..26 and 0..9 27..36; any other byte is 0.
+	// class numbers a..z and A..Z 1..26 and 0..9 27..36; any other byte
+	// is 0.
 	class = func() (t [256]byte) {
 		for c := 'a'; c <= 'z'; c++ {
-			t[c] = byte(c - 'a' + 1)
+			t[c], t[c-'a'+'A'] = byte(c-'a'+1), byte(c-'a'+1)
 		}
 		for c := '0'; c <= '9'; c++ {
 			t[c] = byte(c - '0' + 27)
