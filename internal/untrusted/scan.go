@@ -30,10 +30,11 @@ import (
 // characters, accents and other combining marks, Unicode spaces,
 // compatibility characters (full-width forms, mathematical, circled and
 // Roman-numeral letters, ligatures), common Cyrillic and Greek look-alikes,
-// angle-bracket look-alikes, HTML character references, and '_', '-', '/',
+// angle-bracket look-alikes, HTML character references, '_', '-', '/',
 // '+' or '.' between words ("ignore.all.previous.instructions": a '.'
 // between two letters joins words; beside a space, a digit or the end it
-// ends a sentence).
+// ends a sentence), and words spelt out in spaced letters ("i g n o r e",
+// four letters or more). See prepare and respace.
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -97,6 +98,23 @@ type scanner struct {
 	dirty, haveSpaced bool
 }
 
+// stretches returns the bits of the need words of the stretches of
+// spaced-out letters that respace collapses in s[start:end], a sentence,
+// and notes whether there is one.
+func (sc *scanner) stretches(start, end int) set {
+	var b set
+	for i := start; i < end; i++ {
+		if !alone(sc.s, i) {
+			continue
+		}
+		if e, letters := stretch(sc.s, i); letters >= minStretch {
+			b.add(stretchWords(sc.s[i:e]))
+			sc.dirty, i = true, e-1
+		}
+	}
+	return b
+}
+
 // scan reads s word by word. No pattern can match across '.', '!' or '?'
 // except by ending on one, so each sentence, its end mark included, is
 // checked on its own with the items it holds. A '.' that joins two letters
@@ -106,6 +124,9 @@ func (sc *scanner) scan() (string, bool) {
 	var (
 		present set
 		start   int // of the current sentence
+		// lones counts the one-letter words of the sentence: a stretch
+		// of spaced-out letters (see respace) holds minStretch or more.
+		lones int
 	)
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -121,6 +142,9 @@ func (sc *scanner) scan() (string, bool) {
 				for j < len(s) && isLetter(s[j]) {
 					j++
 				}
+				if j == i+1 {
+					lones++
+				}
 			}
 			if b, ok := lookup(s[i:j]); ok {
 				present.add(b)
@@ -134,6 +158,10 @@ func (sc *scanner) scan() (string, bool) {
 				sc.dirty = true
 				break
 			}
+			if lones >= minStretch {
+				present.add(sc.stretches(start, i))
+			}
+			lones = 0
 			if !present.empty() {
 				if kind, ok := sc.sentence(present, start, i+1); ok {
 					return kind, true
@@ -147,6 +175,9 @@ func (sc *scanner) scan() (string, bool) {
 				sc.dirty = sc.dirty || k&respaced != 0
 			}
 		}
+	}
+	if lones >= minStretch {
+		present.add(sc.stretches(start, len(s)))
 	}
 	if present.empty() {
 		return "", false
