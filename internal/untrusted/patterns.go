@@ -81,7 +81,8 @@ var core = []pattern{
 // "disregard" with an ordinary object ("ignore case C-12 as it is a
 // duplicate", "disregard the above transaction"), "without notifying the
 // user", "original instructions", "print the instructions", and line-start
-// role labels ("System: …", "Assistant: …"). Nor, for Exfiltration, the
+// role labels without brackets ("System: …", "Assistant: …"; respace
+// makes "[system]" at a line start a tag). Nor, for Exfiltration, the
 // nouns alone or inside another ("transaction history", "the customer
 // reset their password", "password reset link", "memory-efficient"), or
 // "history", "log", "key" and "token" without what makes them the

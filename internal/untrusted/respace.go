@@ -1,6 +1,10 @@
 package untrusted
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+	"strings"
+)
 
 // respace returns s as the patterns read it, the same length with the same
 // offsets:
@@ -15,6 +19,10 @@ import "bytes"
 //     parts words. The words end where the stretch ends, spaces before
 //     them, so that a suffix stays attached ("m o d e l's"). Shorter
 //     stretches are prose ("a b test", "Plan A is ready").
+//   - A role label in brackets at a line start ("[system]", "[SYSTEM]:",
+//     "  [ assistant ]"; see roleLabels) becomes a tag ("<system>"), which
+//     the RoleTag patterns match. Elsewhere in a line it is prose ("see
+//     [system] notes").
 //
 // s is returned itself if nothing changes.
 func respace(s string) string {
@@ -45,6 +53,14 @@ func respace(s string) string {
 				b = []byte(s)
 			}
 			b[i] = ' '
+		} else if c == '[' {
+			if j := roleLabel(s, i); j >= 0 {
+				if b == nil {
+					b = []byte(s)
+				}
+				b[i], b[j] = '<', '>'
+				i = j
+			}
 		}
 	}
 	if b == nil {
@@ -135,4 +151,41 @@ func stretchWords(stretch string) set {
 		}
 	}
 	return b
+}
+
+// roleLabels are the roles whose bracketed label at a line start respace
+// makes a tag. "user" is not one: "[User] reported the parcel missing" is a
+// transcript.
+var roleLabels = []string{"system", "assistant", "developer"}
+
+// roleLabel returns the offset of the ']' that closes a role label opened
+// by s[i], a '[' at a line start (after spaces or tabs only); -1 if there
+// is none. Spaces and tabs may stand around the role.
+func roleLabel(s string, i int) int {
+	for k := i - 1; k >= 0 && s[k] != '\n'; k-- {
+		if s[k] != ' ' && s[k] != '\t' {
+			return -1
+		}
+	}
+	j := skipBlanks(s, i+1)
+	w := j
+	for j < len(s) && isLetter(s[j]) {
+		j++
+	}
+	if !slices.ContainsFunc(roleLabels, func(r string) bool { return strings.EqualFold(r, s[w:j]) }) {
+		return -1
+	}
+	if j = skipBlanks(s, j); j < len(s) && s[j] == ']' {
+		return j
+	}
+	return -1
+}
+
+// skipBlanks returns the offset of the first byte from s[i] that is not a
+// space or a tab.
+func skipBlanks(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
 }

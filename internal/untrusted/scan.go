@@ -33,8 +33,9 @@ import (
 // angle-bracket look-alikes, HTML character references, '_', '-', '/',
 // '+' or '.' between words ("ignore.all.previous.instructions": a '.'
 // between two letters joins words; beside a space, a digit or the end it
-// ends a sentence), and words spelt out in spaced letters ("i g n o r e",
-// four letters or more). See prepare and respace.
+// ends a sentence), words spelt out in spaced letters ("i g n o r e", four
+// letters or more), and a bracketed role label at a line start
+// ("[system]", read as "<system>"). See prepare and respace.
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -171,7 +172,7 @@ func (sc *scanner) scan() (string, bool) {
 			start = i + 1
 		default:
 			if k := charKind[c]; k != 0 {
-				present.add(charBits[c])
+				present.add(itemBits[c])
 				sc.dirty = sc.dirty || k&respaced != 0
 			}
 		}
@@ -314,6 +315,10 @@ var (
 	all      []compiled // core then more
 	wordBits = map[string]set{}
 	charBits [256]set // for the characters need may list
+	// itemBits are the items the scan counts for a character: those of
+	// charBits, and for '[' that of '<' too, as respace may make a '[' at
+	// a line start one.
+	itemBits [256]set
 	// charKind marks those characters (item) and the ones respace
 	// changes wherever they stand (respaced), so the scan skips the rest
 	// with one load.
@@ -394,6 +399,9 @@ func init() {
 	for i := range len(gaps) {
 		charKind[gaps[i]] |= respaced
 	}
+	itemBits = charBits
+	itemBits['['].add(charBits['<'])
+	charKind['['] |= respaced
 }
 
 // lower maps ASCII letters to lowercase and digits to themselves; every
