@@ -87,6 +87,11 @@ var core = []pattern{
 // reset their password", "password reset link", "memory-efficient"), or
 // "history", "log", "key" and "token" without what makes them the
 // reader's ("chat history", "API key", "access token").
+//
+// Deliberately unread, because undoing them would flag prose or needs
+// more than a scanner of phrasing: leetspeak ("1gn0r3 4ll pr3v10u5"),
+// text in other languages, base64 and other encodings, and words broken
+// across lines with a hyphen ("ig-\nnore").
 var more = []pattern{
 	// "Ignore the above." / "Disregard the foregoing text and …" /
 	// "disregard everything above this line": only when the sentence ends
