@@ -24,7 +24,8 @@ const (
 	Concealment = "concealment"
 	// RoleTag: chat-template markup that would start a turn of another
 	// role ("<system>", "</assistant>", "<|im_start|>", "[INST]",
-	// "<<SYS>>", "<start_of_turn>", "### Instruction:").
+	// "<<SYS>>", "<start_of_turn>", "### Instruction:", "[SYSTEM]:" at a
+	// line start).
 	RoleTag = "role_tag"
 	// Exfiltration: asking the reader to hand over what it holds — the
 	// conversation, its memory, credentials or secrets ("attach the chat
