@@ -77,7 +77,7 @@ func hasReference(s string) bool {
 		}
 		s = s[i+1:]
 		n := 0
-		for n < len(s) && n <= maxReference && (lower[s[n]] != 0 || s[n] == '#') {
+		for n < len(s) && n < maxReference && (lower[s[n]] != 0 || s[n] == '#') {
 			n++
 		}
 		if n > 0 && n < len(s) && s[n] == ';' {
@@ -97,23 +97,6 @@ type scanner struct {
 	// dirty is set once the scan has read a character that respace may
 	// change; haveSpaced once spaced holds respace(s).
 	dirty, haveSpaced bool
-}
-
-// stretches returns the bits of the need words of the stretches of
-// spaced-out letters that respace collapses in s[start:end], a sentence,
-// and notes whether there is one.
-func (sc *scanner) stretches(start, end int) set {
-	var b set
-	for i := start; i < end; i++ {
-		if !alone(sc.s, i) {
-			continue
-		}
-		if e, letters := stretch(sc.s, i); letters >= minStretch {
-			b.add(stretchWords(sc.s[i:e]))
-			sc.dirty, i = true, e-1
-		}
-	}
-	return b
 }
 
 // scan reads s word by word. No pattern can match across '.', '!' or '?'
@@ -184,6 +167,23 @@ func (sc *scanner) scan() (string, bool) {
 		return "", false
 	}
 	return sc.sentence(present, start, len(s))
+}
+
+// stretches returns the bits of the need words of the stretches of
+// spaced-out letters that respace collapses in s[start:end], a sentence,
+// and notes whether there is one.
+func (sc *scanner) stretches(start, end int) set {
+	var b set
+	for i := start; i < end; i++ {
+		if !alone(sc.s, i) {
+			continue
+		}
+		if e, letters := stretch(sc.s, i); letters >= minStretch {
+			b.add(stretchWords(sc.s[i:e]))
+			sc.dirty, i = true, e-1
+		}
+	}
+	return b
 }
 
 // lookup returns the bits of need word w, in any case; false if it is
