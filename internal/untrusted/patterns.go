@@ -10,8 +10,9 @@ const (
 	// "override your rules", "new instructions:").
 	InstructionOverride = "instruction_override"
 	// RoleReassignment: telling the reader what it now is or must do as a
-	// model ("you are now …", "as an AI language model you must …",
-	// "pretend you are …", "your new task is …", "enable developer mode").
+	// model ("you are now …", "you're now …", "as an AI language model
+	// you must …", "pretend you are …", "your new task is …", "enable
+	// developer mode").
 	RoleReassignment = "role_reassignment"
 	// PromptReference: naming the reader's prompt ("system prompt",
 	// "developer message", "BEGIN SYSTEM PROMPT", "reveal your
@@ -23,7 +24,8 @@ const (
 	Concealment = "concealment"
 	// RoleTag: chat-template markup that would start a turn of another
 	// role ("<system>", "</assistant>", "<|im_start|>", "[INST]",
-	// "<<SYS>>", "<start_of_turn>", "### Instruction:").
+	// "<<SYS>>", "<start_of_turn>", "### Instruction:", "[SYSTEM]:" at a
+	// line start).
 	RoleTag = "role_tag"
 	// Exfiltration: asking the reader to hand over what it holds — the
 	// conversation, its memory, credentials or secrets ("attach the chat
@@ -55,12 +57,12 @@ type pattern struct {
 // core are the first expressions [Scan] tries, those injection scanning
 // started with.
 var core = []pattern{
-	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|prompts?|messages|rules|context)(?:\b|\d)`),
-		"ignore disregard forget; previous prior above earlier preceding system original; instructions prompt prompts messages rules context"},
+	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|any\s+|the\s+|your\s+)*(previous|prior|above|earlier|preceding|system|original)\s+(instructions|directions|directives|commands|prompts?|messages|rules|context)(?:\b|\d)`),
+		"ignore disregard forget; previous prior above earlier preceding system original; instructions directions directives commands prompt prompts messages rules context"},
 	{InstructionOverride, regexp.MustCompile(`(?i)\b(override|bypass)\s+(your|the|all|any)\s+(instructions|rules|guardrails|policies|safety)(?:\b|\d)`),
 		"override bypass; your the all any; instructions rules guardrails policies safety"},
-	{RoleReassignment, regexp.MustCompile(`(?i)\byou\s+are\s+now\b`),
-		"you; are; now"},
+	{RoleReassignment, regexp.MustCompile(`(?i)\byou(\s+a|')re\s+now\b`),
+		"you; are re; now"},
 	{PromptReference, regexp.MustCompile(`(?i)\b(system|developer)\s+(prompt|message)\b`),
 		"system developer; prompt message"},
 	{InstructionOverride, regexp.MustCompile(`(?i)\bnew\s+instructions\s*:`),
@@ -71,26 +73,33 @@ var core = []pattern{
 		"<; system assistant user instruction instructions"},
 }
 
-// more are the expressions [Scan] adds to core. [Scan] matches them
-// against text whose '_' and '-' are spaces, so "ignore-previous-
-// instructions" and "<|im_start|>" are matched as "ignore previous
-// instructions" and "<|im start|>".
+// more are the expressions [Scan] adds to core. [Scan] matches every
+// expression against respaced text (see respace), so "ignore-previous-
+// instructions", "ignore.previous/instructions" and "<|im_start|>" are
+// matched as "ignore previous instructions" and "<|im start|>".
 //
 // Deliberately absent, because fraud-review prose says them: "ignore" or
 // "disregard" with an ordinary object ("ignore case C-12 as it is a
 // duplicate", "disregard the above transaction"), "without notifying the
 // user", "original instructions", "print the instructions", and line-start
-// role labels ("System: …", "Assistant: …"). Nor, for Exfiltration, the
+// role labels without brackets ("System: …", "Assistant: …"; respace
+// makes "[system]" at a line start a tag). Nor, for Exfiltration, the
 // nouns alone or inside another ("transaction history", "the customer
 // reset their password", "password reset link", "memory-efficient"), or
 // "history", "log", "key" and "token" without what makes them the
 // reader's ("chat history", "API key", "access token").
+//
+// Deliberately unread, because undoing them would flag prose or needs
+// more than a scanner of phrasing: leetspeak ("1gn0r3 4ll pr3v10u5"),
+// text in other languages, base64 and other encodings, and words broken
+// across lines with a hyphen ("ig-\nnore").
 var more = []pattern{
-	// "Ignore the above." / "Disregard the foregoing text and …": only
-	// when the sentence ends there or turns to a new command, so that
-	// "disregard the above transaction" passes.
+	// "Ignore the above." / "Disregard the foregoing text and …" /
+	// "disregard everything above this line": only when the sentence ends
+	// there or turns to a new command, so that "disregard the above
+	// transaction" passes.
 	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all\s+|everything\s+|anything\s+)?(of\s+)?(the\s+|that\s+|this\s+|what\s+(is|was)\s+)?(above|foregoing)\b` +
-		`(\s+(text|directions?|instructions?|prompts?|messages?|content|context|rules|guidance|commands?|input))?\s*([.!;:,]|$|(and|then|instead|now)\b)`),
+		`(\s+this\s+(line|point|message))?(\s+(text|directions?|instructions?|prompts?|messages?|content|context|rules|guidance|commands?|input))?\s*([.!;:,]|$|(and|then|instead|now)\b)`),
 		"ignore disregard forget; above foregoing"},
 	{InstructionOverride, regexp.MustCompile(`(?i)\b(ignore|disregard|forget)\s+(all|everything|anything)\s+(you\s+(were|have\s+been)\s+told|before\s+(this|now)|so\s+far|previously)\b`),
 		"ignore disregard forget; all everything anything"},
@@ -166,9 +175,9 @@ var more = []pattern{
 // expression tries at every word it reads, and each Exfiltration expression
 // stays small enough (500 instructions) for regexp's backtracker.
 const (
-	handOver = `\b(attach|disclose|dump|email|forward|give|include|leak|output|paste|print|provide|repeat|reveal|send|share|show|upload|hand\s+over|(answer|reply|respond)\s+with)\s+` +
-		`((a|all|an|any|contents?|current|entire|every|full|its|me|my|of|our|previous|recent|that|the|their|this|us|your|(agent|assistant|customer|model|user)('s|s'|s)?)\s+)*`
-	handOverNeed = "send share include attach paste forward provide give show reveal disclose leak dump print output repeat upload email hand reply respond answer"
+	handOver = `\b(attach|disclose|dump|email|forward|give|include|leak|output|paste|print|provide|repeat|reveal|send|share|show|tell|upload|hand\s+over|(answer|reply|respond)\s+with)\s+` +
+		`((a|all|an|any|contents?|current|entire|every|full|its|me|my|of|our|previous|recent|that|the|their|this|us|whole|your|(agent|assistant|customer|model|user)('s|s'|s)?)\s+)*`
+	handOverNeed = "send share include attach paste forward provide give show tell reveal disclose leak dump print output repeat upload email hand reply respond answer"
 	// objectEnd ends what a hand-over names: the end, punctuation, or a
 	// word that joins or places it, so that a noun that is only part of
 	// another ("password reset link", "conversation id", "API key rotation

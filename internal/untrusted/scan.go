@@ -12,21 +12,30 @@
 package untrusted
 
 import (
+	"html"
 	"math/bits"
 	"regexp"
 	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Scan reports whether s contains injection phrasing and, if so, its kind
 // (see [Kinds]): that of the first pattern, in a fixed order, to match in
 // the first sentence of s that holds a match. Matching ignores case and sees
 // through the usual disguises: zero-width and other invisible format
-// characters, combining marks, Unicode spaces, full-width forms,
-// mathematical and circled letters, common Cyrillic and Greek look-alikes,
-// and '_' or '-' between words.
+// characters, accents and other combining marks, Unicode spaces,
+// compatibility characters (full-width forms, mathematical, circled and
+// Roman-numeral letters, ligatures), common Cyrillic and Greek look-alikes,
+// angle-bracket look-alikes, HTML character references, '_', '-', '/',
+// '+' or '.' between words ("ignore.all.previous.instructions": a '.'
+// between two letters joins words; beside a space, a digit or the end it
+// ends a sentence), words spelt out in spaced letters ("i g n o r e", four
+// letters or more), and a bracketed role label at a line start
+// ("[system]", read as "<system>"). See prepare and respace.
 //
 // Scan is safe for concurrent use. It reads s once to find the patterns'
 // key words, sentence by sentence, and runs a pattern's regular expression
@@ -34,62 +43,109 @@ import (
 // match could begin; so ordinary prose costs a few nanoseconds a byte and,
 // when it is ASCII, no allocation.
 func Scan(s string) (kind string, found bool) {
-	if !isASCII(s) {
-		s = fold(s)
+	if !plain(s) {
+		s = prepare(s)
 	}
 	sc := scanner{s: s}
 	return sc.scan()
 }
 
-// scanner holds one string being scanned and, once a pattern has to run,
-// the same string with '_' and '-' made spaces (same length, same offsets).
+// prepare returns s as the scanner reads it: folded if it is not ASCII
+// (see [fold]), then, if it holds an HTML character reference that ends in
+// ';' ("&lt;system&gt;", "&#60;"), with references decoded, one level, and
+// folded again if that gave non-ASCII characters.
+func prepare(s string) string {
+	if !isASCII(s) {
+		s = fold(s)
+	}
+	if hasReference(s) {
+		if s = html.UnescapeString(s); !isASCII(s) {
+			s = fold(s)
+		}
+	}
+	return s
+}
+
+// hasReference reports whether s holds '&', a name or number and ';'. An
+// ampersand in prose ("AT&T", "Q&A") is not one, so such prose is not
+// copied.
+func hasReference(s string) bool {
+	for {
+		i := strings.IndexByte(s, '&')
+		if i < 0 {
+			return false
+		}
+		s = s[i+1:]
+		n := 0
+		for n < len(s) && n < maxReference && (lower[s[n]] != 0 || s[n] == '#') {
+			n++
+		}
+		if n > 0 && n < len(s) && s[n] == ';' {
+			return true
+		}
+	}
+}
+
+// maxReference bounds the name or number of an HTML character reference
+// ("CounterClockwiseContourIntegral", 31 letters).
+const maxReference = 32
+
+// scanner holds one string being scanned and, once a pattern has to run on
+// a part that [respace] changes, the respaced string.
 type scanner struct {
-	s, spaced  string
-	haveSpaced bool
+	s, spaced string
+	// dirty is set once the scan has read a character that respace may
+	// change; haveSpaced once spaced holds respace(s).
+	dirty, haveSpaced bool
 }
 
 // scan reads s word by word. No pattern can match across '.', '!' or '?'
 // except by ending on one, so each sentence, its end mark included, is
-// checked on its own with the items it holds.
+// checked on its own with the items it holds. A '.' that joins two letters
+// ("ignore.all") is a space (see [respace]), not the end of a sentence.
 func (sc *scanner) scan() (string, bool) {
 	s := sc.s
 	var (
 		present set
-		lw      [maxWord]byte // the current word, lowercase
-		n       int           // its length; -1 once longer than maxWord
-		start   int           // of the current sentence
+		start   int // of the current sentence
+		// lones counts the one-letter words of the sentence: a stretch
+		// of spaced-out letters (see respace) holds minStretch or more.
+		lones int
 	)
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if l := lower[c]; l != 0 {
-			if n != 0 && i > 0 && isDigit(s[i-1]) != isDigit(c) {
-				// Letters and digits are separate words ("instructions0"):
-				// patterns need no boundary after their last word.
-				if n > 0 {
-					if b, ok := lookup(lw[:n]); ok {
-						present.add(b)
-					}
+		if lower[c] != 0 {
+			// A word: a run of letters, or of digits ("instructions0" is
+			// two: patterns need no boundary after their last word).
+			j := i + 1
+			if isDigit(c) {
+				for j < len(s) && isDigit(s[j]) {
+					j++
 				}
-				n = 0
+			} else {
+				for j < len(s) && isLetter(s[j]) {
+					j++
+				}
+				if j == i+1 {
+					lones++
+				}
 			}
-			switch {
-			case n < 0:
-			case n < maxWord:
-				lw[n] = l
-				n++
-			default:
-				n = -1
-			}
-			continue
-		}
-		if n > 0 {
-			if b, ok := lookup(lw[:n]); ok {
+			if b, ok := lookup(s[i:j]); ok {
 				present.add(b)
 			}
+			i = j - 1
+			continue
 		}
-		n = 0
 		switch c {
 		case '.', '!', '?':
+			if c == '.' && joins(s, i) {
+				sc.dirty = true
+				break
+			}
+			if lones >= minStretch {
+				present.add(sc.stretches(start, i))
+			}
+			lones = 0
 			if !present.empty() {
 				if kind, ok := sc.sentence(present, start, i+1); ok {
 					return kind, true
@@ -98,15 +154,14 @@ func (sc *scanner) scan() (string, bool) {
 			}
 			start = i + 1
 		default:
-			if isItemChar[c] {
-				present.add(charBits[c])
+			if k := charKind[c]; k != 0 {
+				present.add(itemBits[c])
+				sc.dirty = sc.dirty || k&respaced != 0
 			}
 		}
 	}
-	if n > 0 {
-		if b, ok := lookup(lw[:n]); ok {
-			present.add(b)
-		}
+	if lones >= minStretch {
+		present.add(sc.stretches(start, len(s)))
 	}
 	if present.empty() {
 		return "", false
@@ -114,12 +169,38 @@ func (sc *scanner) scan() (string, bool) {
 	return sc.sentence(present, start, len(s))
 }
 
-// lookup returns the bits of need word w (lowercase); false if it is none.
-func lookup(w []byte) (set, bool) {
-	if !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
+// stretches returns the bits of the need words of the stretches of
+// spaced-out letters that respace collapses in s[start:end], a sentence,
+// and notes whether there is one.
+func (sc *scanner) stretches(start, end int) set {
+	var b set
+	for i := start; i < end; i++ {
+		if !alone(sc.s, i) {
+			continue
+		}
+		if e, letters := stretch(sc.s, i); letters >= minStretch {
+			b.add(stretchWords(sc.s[i:e]))
+			sc.dirty, i = true, e-1
+		}
+	}
+	return b
+}
+
+// lookup returns the bits of need word w, in any case; false if it is
+// none.
+func lookup(w string) (set, bool) {
+	if len(w) > maxWord || !maybe[len(w)][class[w[0]]][class[w[len(w)-1]]] {
 		return set{}, false
 	}
-	b, ok := wordBits[string(w)]
+	return lookupWord(w)
+}
+
+func lookupWord(w string) (set, bool) {
+	var lw [maxWord]byte
+	for i := range len(w) {
+		lw[i] = lower[w[i]]
+	}
+	b, ok := wordBits[string(lw[:len(w)])]
 	return b, ok
 }
 
@@ -137,23 +218,25 @@ func (sc *scanner) sentence(present set, start, end int) (string, bool) {
 	var (
 		buf   [16]leadAt
 		leads []leadAt // nil until a pattern is to run
+		text  string   // s, or respaced if the scan has read what respace changes
 	)
 	for ; candidates != 0; candidates &= candidates - 1 {
 		p := &all[bits.TrailingZeros64(candidates)]
 		if !p.metBy(present) {
 			continue
 		}
-		if !sc.haveSpaced {
-			sc.spaced, sc.haveSpaced = sc.s, true
-			if strings.ContainsAny(sc.s, "_-") {
-				sc.spaced = strings.Map(spaceSeparators, sc.s)
-			}
-		}
 		if leads == nil {
-			leads = sc.leads(buf[:0], start, end)
+			if sc.dirty && !sc.haveSpaced {
+				sc.spaced, sc.haveSpaced = respace(sc.s), true
+			}
+			text = sc.s
+			if sc.haveSpaced {
+				text = sc.spaced
+			}
+			leads = findLeads(buf[:0], text, start, end)
 		}
 		for _, l := range leads {
-			if l.bits.meets(p.groups[0]) && p.anchored.MatchString(sc.spaced[l.at:end]) {
+			if l.bits.meets(p.groups[0]) && p.anchored.MatchString(text[l.at:end]) {
 				return p.kind, true
 			}
 		}
@@ -167,10 +250,8 @@ type leadAt struct {
 	at   int
 }
 
-// leads appends to dst the lead items of s[start:end].
-func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
-	s := sc.s
-	var lw [maxWord]byte
+// findLeads appends to dst the lead items of s[start:end].
+func findLeads(dst []leadAt, s string, start, end int) []leadAt {
 	for i := start; i < end; {
 		if lower[s[i]] == 0 {
 			if b := charBits[s[i]]; b.meets(leadItems) {
@@ -183,15 +264,10 @@ func (sc *scanner) leads(dst []leadAt, start, end int) []leadAt {
 		for j < end && lower[s[j]] != 0 && isDigit(s[j]) == isDigit(s[i]) {
 			j++
 		}
-		if j-i <= maxWord {
-			for k := i; k < j; k++ {
-				lw[k-i] = lower[s[k]]
-			}
-			// A word split off a digit run ("0SYSTEM") does not begin at a
-			// word boundary, where every pattern's lead word begins.
-			if b, _ := lookup(lw[:j-i]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
-				dst = append(dst, leadAt{b, i})
-			}
+		// A word split off a digit run ("0SYSTEM") does not begin at a word
+		// boundary, where every pattern's lead word begins.
+		if b, _ := lookup(s[i:j]); b.meets(leadItems) && (i == 0 || lower[s[i-1]] == 0) {
+			dst = append(dst, leadAt{b, i})
 		}
 		i = j
 	}
@@ -229,13 +305,24 @@ func (p *compiled) metBy(present set) bool {
 // maxWord bounds the length of a need word.
 const maxWord = 16
 
+// Bits of charKind.
+const (
+	item     = 1 << iota // a need item
+	respaced             // a character respace changes
+)
+
 var (
 	all      []compiled // core then more
 	wordBits = map[string]set{}
 	charBits [256]set // for the characters need may list
-	// isItemChar is true for those characters, so the scan skips the rest
-	// without touching a set.
-	isItemChar [256]bool
+	// itemBits are the items the scan counts for a character: those of
+	// charBits, and for '[' that of '<' too, as respace may make a '[' at
+	// a line start one.
+	itemBits [256]set
+	// charKind marks those characters (item) and the ones respace
+	// changes wherever they stand (respaced), so the scan skips the rest
+	// with one load.
+	charKind [256]uint8
 	// leadItems holds every item of a first need group; byLead[b] the
 	// patterns (bit i for all[i]) whose first group holds the item of bit b.
 	leadItems set
@@ -243,10 +330,11 @@ var (
 	// maybe[n][f][l] is true if some need word has length n, first
 	// character class f and last class l (see class).
 	maybe [maxWord + 1][37][37]bool
-	// class numbers a..z 1..26 and 0..9 27..36; any other byte is 0.
+	// class numbers a..z and A..Z 1..26 and 0..9 27..36; any other byte
+	// is 0.
 	class = func() (t [256]byte) {
 		for c := 'a'; c <= 'z'; c++ {
-			t[c] = byte(c - 'a' + 1)
+			t[c], t[c-'a'+'A'] = byte(c-'a'+1), byte(c-'a'+1)
 		}
 		for c := '0'; c <= '9'; c++ {
 			t[c] = byte(c - '0' + 27)
@@ -277,8 +365,9 @@ func init() {
 			var gs set
 			for _, w := range strings.Fields(g) {
 				if len(w) == 1 && strings.Contains("<|[#", w) {
-					if !isItemChar[w[0]] {
-						charBits[w[0]], isItemChar[w[0]] = bit(), true
+					if charKind[w[0]]&item == 0 {
+						charBits[w[0]] = bit()
+						charKind[w[0]] |= item
 					}
 					gs.add(charBits[w[0]])
 					continue
@@ -307,6 +396,12 @@ func init() {
 		}
 		all = append(all, c)
 	}
+	for i := range len(gaps) {
+		charKind[gaps[i]] |= respaced
+	}
+	itemBits = charBits
+	itemBits['['].add(charBits['<'])
+	charKind['['] |= respaced
 }
 
 // lower maps ASCII letters to lowercase and digits to themselves; every
@@ -323,6 +418,8 @@ var lower = func() (t [256]byte) {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
+func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
@@ -332,60 +429,85 @@ func isASCII(s string) bool {
 	return true
 }
 
-// spaceSeparators maps '_' and '-' to a space.
-func spaceSeparators(r rune) rune {
-	if r == '_' || r == '-' {
-		return ' '
+// plain reports whether s is ASCII without '&', so that prepare would
+// return it as it is. It reads eight bytes at a time: this pass is a tenth
+// of the cost of scanning prose.
+func plain(s string) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+		amps  = ones * '&'
+	)
+	for ; len(s) >= 8; s = s[8:] {
+		v := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		x := v ^ amps // a zero byte where v has '&'
+		if v&highs != 0 || (x-ones)&^x&highs != 0 {
+			return false
+		}
 	}
-	return r
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf || s[i] == '&' {
+			return false
+		}
+	}
+	return true
 }
 
-// fold rewrites s so that disguised letters and spaces become ASCII: format
-// characters (zero-width space and joiners, bidi controls, soft hyphen, tag
-// characters) and combining marks are dropped; Unicode spaces become ' ';
-// typographic apostrophes become '\”; full-width forms, mathematical
-// alphanumerics, circled letters and a table of Cyrillic and Greek
-// look-alikes become the ASCII letter or digit they show; a letter whose
-// case-folding orbit holds an ASCII letter (the Kelvin sign, long s) becomes
-// that letter. Invalid UTF-8 becomes U+FFFD.
+// fold rewrites s so that disguised letters, spaces and angle brackets
+// become ASCII. Each character is first replaced by its Unicode
+// compatibility decomposition (NFKD: full-width forms, mathematical
+// alphanumerics, circled letters, Roman numerals, ligatures, superscripts
+// and accented letters become plain letters and combining marks). Then
+// format characters (zero-width space and joiners, bidi controls, soft
+// hyphen, tag characters) and combining marks are dropped; Unicode spaces
+// become ' '; typographic apostrophes become ASCII ones; the Cyrillic and
+// Greek letters and the angle brackets of [lookalikes] become the ASCII
+// character they show; a letter whose case-folding orbit holds an ASCII
+// letter becomes that letter. Invalid UTF-8 becomes U+FFFD.
+//
+// Decomposition rather than NFKC: composing again would turn "e\u0301"
+// into "é", which no longer loses its mark.
 func fold(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
-	for _, r := range s {
-		if r < utf8.RuneSelf {
-			b.WriteByte(byte(r))
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			b.WriteByte(s[i])
+			i++
 			continue
 		}
-		if m := foldRune(r); m >= 0 {
-			b.WriteRune(m)
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if d := norm.NFKD.PropertiesString(s[i:]).Decomposition(); d != nil && r != utf8.RuneError {
+			for _, r := range string(d) {
+				writeFolded(&b, r)
+			}
+		} else {
+			writeFolded(&b, r)
 		}
+		i += size
 	}
 	return b.String()
 }
 
-// foldRune returns what fold writes for r, which is not ASCII; -1 drops it.
+func writeFolded(b *strings.Builder, r rune) {
+	if r < utf8.RuneSelf {
+		b.WriteByte(byte(r))
+	} else if m := foldRune(r); m >= 0 {
+		b.WriteRune(m)
+	}
+}
+
+// foldRune returns what fold writes for r, which is not ASCII and has no
+// compatibility decomposition; -1 drops it.
 func foldRune(r rune) rune {
 	switch {
 	case unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) || unicode.Is(unicode.Me, r):
 		return -1
 	case unicode.IsSpace(r) || unicode.Is(unicode.Zs, r):
 		return ' '
-	case r == '\u2018' || r == '\u2019' || r == '\u02bc' || r == '\uff07':
+	case r == '\u2018' || r == '\u2019' || r == '\u02bc':
 		return '\''
-	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
-		return r - 0xFEE0
-	case r >= 0x1D400 && r <= 0x1D6A3: // mathematical alphanumerics: 13 alphabets of A–Z a–z
-		i := (r - 0x1D400) % 52
-		if i < 26 {
-			return 'A' + i
-		}
-		return 'a' + i - 26
-	case r >= 0x1D7CE && r <= 0x1D7FF: // mathematical digits: 5 sets of 0–9
-		return '0' + (r-0x1D7CE)%10
-	case r >= 0x24B6 && r <= 0x24CF: // Ⓐ–Ⓩ
-		return 'A' + r - 0x24B6
-	case r >= 0x24D0 && r <= 0x24E9: // ⓐ–ⓩ
-		return 'a' + r - 0x24D0
 	}
 	if m, ok := lookalikes[r]; ok {
 		return m
@@ -398,7 +520,8 @@ func foldRune(r rune) rune {
 	return r
 }
 
-// lookalikes maps Cyrillic and Greek letters that render like Latin ones.
+// lookalikes maps Cyrillic and Greek letters that render like Latin ones,
+// and angle brackets and quotation marks that render like '<' and '>'.
 var lookalikes = map[rune]rune{
 	'а': 'a', 'в': 'b', 'е': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c', 'т': 't',
 	'у': 'y', 'х': 'x', 'і': 'i', 'ї': 'i', 'ј': 'j', 'ѕ': 's', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'ɡ': 'g',
@@ -408,4 +531,6 @@ var lookalikes = map[rune]rune{
 	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Ζ': 'Z', 'Η': 'H', 'Ι': 'I', 'Κ': 'K', 'Μ': 'M', 'Ν': 'N', 'Ο': 'O',
 	'Ρ': 'P', 'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
 	'ı': 'i', 'ȷ': 'j',
+	'‹': '<', '›': '>', '«': '<', '»': '>', '〈': '<', '〉': '>', '《': '<', '》': '>', '⟨': '<', '⟩': '>',
+	'❬': '<', '❭': '>', '❮': '<', '❯': '>', '˂': '<', '˃': '>', 'ᐸ': '<', 'ᐳ': '>',
 }
