@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"net"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
