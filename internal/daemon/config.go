@@ -41,6 +41,13 @@ type Config struct {
 	// NATSListen is the embedded server's client address (default
 	// 127.0.0.1:4222; port -1 picks a free one).
 	NATSListen string `yaml:"nats_listen"`
+	// Insecure lets a2ad listen in plain text on an address other than
+	// loopback (HTTP without tls, the embedded NATS server without
+	// nats_tls), where bearer tokens and agent credentials would cross
+	// the network readable. Only for a network an operator has secured
+	// otherwise (a service mesh that terminates TLS, say). Default false:
+	// a2ad refuses to start so.
+	Insecure bool `yaml:"insecure"`
 	// NATSURL connects to an existing NATS server instead; nothing is embedded.
 	NATSURL string `yaml:"nats_url"`
 	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
