@@ -45,19 +45,17 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 // Consumers is the number of consumers stream has now.
 func Consumers(t testing.TB, js jetstream.JetStream, stream string) int {
 	t.Helper()
-	st, err := js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Consumers
+	return State(t, js, stream).Consumers
 }
 
 // Messages is the number of messages stream holds now.
 func Messages(t testing.TB, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	return State(t, js, stream).Msgs
+}
+
+// State is stream's state now.
+func State(t testing.TB, js jetstream.JetStream, stream string) jetstream.StreamState {
 	t.Helper()
 	st, err := js.Stream(context.Background(), stream)
 	if err != nil {
@@ -67,5 +65,5 @@ func Messages(t testing.TB, js jetstream.JetStream, stream string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.State.Msgs
+	return info.State
 }
