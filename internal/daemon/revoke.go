@@ -171,7 +171,9 @@ func (d *Daemon) cutOff(ctx context.Context) {
 // until every instance applied it (each does within a moment of its
 // watcher's delivery). Errors wrap ErrRevocationInvalid for bad input
 // (agentcred.ErrTooManyRevoked too when the agent has too many jtis
-// revoked one by one), else are the store's.
+// revoked one by one: the bound holds per instance, so instances revoking
+// at the same moment may together store a few more), else are the
+// store's.
 func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, error) {
 	if !natsbind.ValidToken(agentID) {
 		return time.Time{}, fmt.Errorf("%w: agent id: want 1 to 128 of [A-Za-z0-9_-]", ErrRevocationInvalid)
@@ -187,6 +189,7 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 		if _, err := d.revocationsKV.Put(ctx, "cred."+agentID+"."+jti, b); err != nil {
 			return time.Time{}, fmt.Errorf("storing the revocation: %w", err)
 		}
+		d.revocations.AddCredential(agentID, jti) // here at once; the watcher applies it again
 		return time.Time{}, nil
 	}
 	before := agentcred.RevokedBefore(time.Now())
@@ -213,6 +216,7 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 		}
 		break
 	}
+	d.revocations.SetAgent(agentID, before)
 	// The credentials revoked one by one are covered now.
 	for _, j := range d.revocations.Credentials(agentID) {
 		if err := d.revocationsKV.Delete(ctx, "cred."+agentID+"."+j); err != nil {
