@@ -327,6 +327,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		d.storage.run(runCtx)
 	}()
 	if d.ns != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			embedded.KeepSessions(runCtx, d.ns, &d.sessions)
+		}()
+	}
+	if d.ns != nil {
 		limits := connectionLimits(cfg)
 		d.wg.Add(1)
 		go func() {

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"sync"
@@ -72,12 +73,49 @@ func CloseRefused(srv *server.Server, s *Sessions, verify VerifyAgentFunc) map[s
 			}
 		}
 	}
+	s.forget(live)
+	return closed
+}
+
+// forget drops the sessions of connections not in live, once past
+// sessionGrace.
+func (s *Sessions) forget(live map[string]bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for addr, ses := range s.byAddr {
 		if !live[addr] && time.Since(ses.at) > sessionGrace {
 			delete(s.byAddr, addr)
 		}
 	}
-	s.mu.Unlock()
-	return closed
+}
+
+// KeepSessions forgets, every 10 s until ctx ends, the sessions of
+// connections to srv that are gone: s then holds about the agent
+// connections open, plus those opened in the last 20 s.
+func KeepSessions(ctx context.Context, srv *server.Server, s *Sessions) {
+	t := time.NewTicker(sessionGrace)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cz, err := srv.Connz(&server.ConnzOptions{Limit: 1 << 20})
+		if err != nil {
+			continue
+		}
+		live := make(map[string]bool, len(cz.Conns))
+		for _, c := range cz.Conns {
+			live[net.JoinHostPort(c.IP, strconv.Itoa(c.Port))] = true
+		}
+		s.forget(live)
+	}
+}
+
+// len is the number of sessions held.
+func (s *Sessions) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byAddr)
 }

@@ -77,3 +77,47 @@ func TestCloseRefusedClosesOnlyRefusedCredentials(t *testing.T) {
 		t.Fatalf("connect with the refused credential: %v, want an authorization violation", err)
 	}
 }
+
+// The sessions of closed connections are forgotten: the map holds the
+// connections open, not every one ever made.
+func TestSessionsOfClosedConnectionsAreForgotten(t *testing.T) {
+	verify := func(token string) (string, time.Time, error) { return token, time.Now().Add(time.Hour), nil }
+	sessions := &Sessions{}
+	s, err := Start(Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", MaxStore: 64 << 20, DaemonPassword: strings.Repeat("p", 32),
+		VerifyAgent: verify, Sessions: sessions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	for range 20 {
+		nc, err := nats.Connect(s.ClientURL(), nats.Token("agent-a"), nats.MaxReconnects(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Close()
+	}
+	keep, err := nats.Connect(s.ClientURL(), nats.Token("agent-b"), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	if n := sessions.len(); n != 21 {
+		t.Fatalf("%d sessions after 21 connections, want 21", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); s.NumClients() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clients, want 1", s.NumClients())
+		}
+	}
+	// Past the grace period, forget keeps the open connection's only.
+	sessions.mu.Lock()
+	for addr, ses := range sessions.byAddr {
+		ses.at = ses.at.Add(-2 * sessionGrace)
+		sessions.byAddr[addr] = ses
+	}
+	sessions.mu.Unlock()
+	CloseRefused(s, sessions, verify)
+	if n := sessions.len(); n != 1 {
+		t.Fatalf("%d sessions with one connection open, want 1", n)
+	}
+}
