@@ -114,6 +114,8 @@ The agent presents it as its NATS connection token (on the embedded server it
 then gets its own subjects only: docs/nats-binding.md §10) and with its
 registration (Authorization: Bearer). Anyone holding it can act as the agent:
 store it like a password. It expires after --ttl (default 90 days, at most 400).
+Its jti is printed on stderr and recorded in the audit trail:
+` + "`a2ad agents revoke ID --credential JTI`" + ` revokes that one credential before it expires.
 
   a2ad agents credential fraud-review > fraud-review.jwt
   fraud-review-agent --credential-file fraud-review.jwt`,

@@ -196,6 +196,9 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 	b, _ := json.Marshal(agentRevocation{RevokedBefore: before})
 	key := "agent." + agentID
 	for {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, err
+		}
 		e, err := d.revocationsKV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
