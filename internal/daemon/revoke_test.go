@@ -2,12 +2,14 @@ package daemon_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/nats-io/nats.go"
@@ -48,7 +51,8 @@ func randomJTI(t *testing.T) string {
 // On an external NATS a revoked credential is refused at registration
 // (code revoked, recorded as agent.card_refused with that code); bad
 // input is refused by name; one agent's jtis revoked one by one are
-// bounded, and a revocation of all its credentials frees the bound.
+// bounded, and a revocation of all its credentials frees the bound; an
+// instance started afterwards refuses them all from the start.
 func TestRevokeOnExternalNATSRefusesRegistrationAndIsBounded(t *testing.T) {
 	s := startWithAuth(t, nil, mcpedge.AuthConfig{})
 	for path, want := range map[string]string{
@@ -107,10 +111,29 @@ func TestRevokeOnExternalNATSRefusesRegistrationAndIsBounded(t *testing.T) {
 	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{}`); code != 200 || !strings.Contains(string(b), `"revoked_before"`) {
 		t.Fatalf("revoke all: %d %s", code, b)
 	}
-	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{"jti":"`+randomJTI(t)+`"}`); code != 200 {
+	late, lateC, _ := s.d.AgentKeys.MintClaims("fraud-review", time.Hour, time.Now())
+	if _, err := s.d.AgentKeys.Verify(late); err != nil {
+		t.Fatalf("a credential minted after revoking all: %v", err)
+	}
+	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{"jti":"`+lateC.ID+`"}`); code != 200 {
 		t.Fatalf("revoking one credential after revoking all: %d %s, want 200", code, b)
 	}
 	if _, err := s.d.AgentKeys.Verify(other); !errors.Is(err, agentcred.ErrRevoked) || !strings.Contains(err.Error(), "every credential of agent fraud-review issued before") {
 		t.Errorf("the agent's other credential after revoking all: %v", err)
+	}
+
+	// An instance started afterwards knows every revocation once Start
+	// returns, before it lets any agent in.
+	d2, err := daemon.Start(context.Background(), daemon.Config{NATSURL: s.d.NATSURL, DataDir: t.TempDir()},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Stop()
+	if _, err := d2.AgentKeys.Verify(other); !errors.Is(err, agentcred.ErrRevoked) {
+		t.Errorf("a revoked credential on an instance started after the revocation: %v, want ErrRevoked", err)
+	}
+	if _, err := d2.AgentKeys.Verify(late); !errors.Is(err, agentcred.ErrRevoked) || !strings.Contains(err.Error(), "(credential "+lateC.ID+")") {
+		t.Errorf("the credential revoked by jti, on an instance started after: %v, want it revoked by its jti", err)
 	}
 }
