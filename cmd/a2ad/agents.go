@@ -28,7 +28,7 @@ func newAgents() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "agents",
-		Short: "Show, approve and quarantine agents of the running daemon, and mint their credentials (admin API)",
+		Short: "Show, approve and quarantine agents of the running daemon, and mint and revoke their credentials (admin API)",
 	}
 	f.bind(cmd)
 	out := func(c *cobra.Command, raw []byte, rec *agentcard.Record) error {
@@ -114,6 +114,8 @@ The agent presents it as its NATS connection token (on the embedded server it
 then gets its own subjects only: docs/nats-binding.md §10) and with its
 registration (Authorization: Bearer). Anyone holding it can act as the agent:
 store it like a password. It expires after --ttl (default 90 days, at most 400).
+Its jti is printed on stderr and recorded in the audit trail:
+` + "`a2ad agents revoke ID --credential JTI`" + ` revokes that one credential before it expires.
 
   a2ad agents credential fraud-review > fraud-review.jwt
   fraud-review-agent --credential-file fraud-review.jwt`,
@@ -142,7 +144,7 @@ store it like a password. It expires after --ttl (default 90 days, at most 400).
 				_, err := c.OutOrStdout().Write(raw)
 				return err
 			}
-			fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, expires %s\n", res.AgentID, res.ExpiresAt.Format(time.RFC3339))
+			fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, jti %s, expires %s\n", res.AgentID, res.JTI, res.ExpiresAt.Format(time.RFC3339))
 			_, err = fmt.Fprintln(c.OutOrStdout(), res.Credential)
 			return err
 		},
@@ -150,7 +152,52 @@ store it like a password. It expires after --ttl (default 90 days, at most 400).
 	credential.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default 2160h = 90 days; at most 9600h = 400 days)")
 	credential.Flags().StringVar(&natsURL, "nats-url", "", "mint without the admin API, with the key a2ad keeps in NATS (for stdio-only set-ups); needs a2ad's NATS user: in the URL, or the embedded server's from --data-dir")
 	credential.Flags().IntVar(&replicas, "replicas", 1, "with --nats-url: replicas of the a2ad_secrets bucket if this creates it (as a2ad's replicas)")
-	cmd.AddCommand(list, show, approve, quarantine, credential)
+	var jti string
+	var quarantineToo bool
+	revoke := &cobra.Command{
+		Use:   "revoke ID [--credential JTI] [--quarantine]",
+		Short: "Revoke the agent's credentials before they expire, on every instance: all issued so far, or one (--credential)",
+		Long: `Revoke agent credentials before their expiry. Without --credential, every
+credential of agent ID issued until now is revoked; one minted afterwards works.
+With --credential JTI, only the credential with that jti (printed by
+` + "`a2ad agents credential`" + `, and in its agent.credential_issued audit record).
+
+Every a2ad instance on the NATS account applies it within a moment: the
+credential is refused at connect to the embedded NATS server, whose live
+connections with it are closed, and at registration. On an external NATS
+server agents connect with their own NATS users, which a2ad cannot close:
+remove or rotate the agent's NATS user there too (docs/operations.md).
+--quarantine also quarantines the agent: no new delegation goes to it until
+its card is approved again.
+
+  a2ad agents revoke fraud-review
+  a2ad agents revoke fraud-review --credential 3f1c…`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			var res admin.Revocation
+			raw, err := f.call("POST", "/v1/agents/"+url.PathEscape(args[0])+"/revoke",
+				map[string]any{"jti": jti, "quarantine": quarantineToo}, &res)
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				_, err := c.OutOrStdout().Write(raw)
+				return err
+			}
+			if res.JTI != "" {
+				fmt.Fprintf(c.OutOrStdout(), "revoked credential %s of agent %s\n", res.JTI, res.AgentID)
+			} else if res.RevokedBefore != nil {
+				fmt.Fprintf(c.OutOrStdout(), "revoked every credential of agent %s issued before %s\n", res.AgentID, res.RevokedBefore.UTC().Format(time.RFC3339))
+			}
+			if res.Quarantined {
+				fmt.Fprintf(c.OutOrStdout(), "agent %s quarantined\n", res.AgentID)
+			}
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&jti, "credential", "", "the jti of the one credential to revoke (default: every credential issued so far)")
+	revoke.Flags().BoolVar(&quarantineToo, "quarantine", false, "quarantine the agent too: no new delegation goes to it until its card is approved again")
+	cmd.AddCommand(list, show, approve, quarantine, credential, revoke)
 	return cmd
 }
 
@@ -238,9 +285,19 @@ func mintDirect(ctx context.Context, natsURL, dataDir string, replicas int, id s
 	if err != nil {
 		return admin.Credential{}, err
 	}
-	tok, exp, err := keys.Mint(id, ttl, time.Now())
+	// Minted past a revocation of the agent's credentials, as a2ad mints.
+	before, revoked, err := daemon.AgentRevokedBefore(ctx, js, id)
 	if err != nil {
 		return admin.Credential{}, err
 	}
-	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC()}, nil
+	if revoked {
+		r := &agentcred.Revocations{}
+		r.SetAgent(id, before)
+		keys.SetRevocations(r)
+	}
+	tok, c, err := keys.MintClaims(id, ttl, time.Now())
+	if err != nil {
+		return admin.Credential{}, err
+	}
+	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: c.Expires.UTC(), JTI: c.ID}, nil
 }

@@ -32,7 +32,8 @@ import (
 //	GET /v1/agents/{id}    agentcard.Record
 //	POST /v1/agents/{id}/approve     {"fingerprint":"sha256:…"} → Record (409 fingerprint_mismatch)
 //	POST /v1/agents/{id}/quarantine  {"reason":"…"} → Record
-//	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at"}
+//	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at","jti"}
+//	POST /v1/agents/{id}/revoke      {"jti":"…","quarantine":bool} (both optional) → Revocation
 //	GET /v1/audit          audit.Page: {"records":[audit.Record…],"more":bool}
 //
 // GET /v1/audit returns the newest records that match, oldest first; more
@@ -62,8 +63,17 @@ import (
 // answer bytes waiting in a task's outbox. Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
 //
-// Every operator action (cancel, approve, quarantine, credential) is
-// recorded in opts.Audit with the operator's token subject.
+// Revoke refuses, on every instance within a moment, the agent's
+// credential with that jti or, without one, every credential of the agent
+// issued until now: at connect to the embedded server (whose live
+// connections with them are closed) and at registration. A credential
+// minted after it works. With quarantine, the agent, if registered, is
+// quarantined too (no new delegation goes to it). More than
+// agentcred.MaxRevokedPerAgent jtis of one agent is 409
+// too_many_revocations: revoke all of them.
+//
+// Every operator action (cancel, approve, quarantine, credential, revoke)
+// is recorded in opts.Audit with the operator's token subject.
 func Handler(svc *broker.Service, keys *agentcred.Keys, opts Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/audit", auditQuery(opts.JS))
@@ -148,18 +158,87 @@ func Handler(svc *broker.Service, keys *agentcred.Keys, opts Options) http.Handl
 				int64(agentcred.DefaultTTL/time.Second), int64(agentcred.MaxTTL/time.Second)))
 			return
 		}
-		tok, exp, err := keys.Mint(id, time.Duration(body.TTLSeconds)*time.Second, time.Now())
+		tok, c, err := keys.MintClaims(id, time.Duration(body.TTLSeconds)*time.Second, time.Now())
 		if err != nil {
 			writeErr(w, http.StatusInternalServerError, "internal", err.Error())
 			return
 		}
+		exp := c.Expires
 		rec := agentRecord(r, audit.KindAgentCredential, nil, "")
-		rec.AgentID, rec.ExpiresAt = id, &exp
+		rec.AgentID, rec.ExpiresAt, rec.JTI = id, &exp, c.ID
 		opts.Audit.Append(rec)
 		w.Header().Set("Cache-Control", "no-store")
-		writeJSON(w, http.StatusOK, Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC()})
+		writeJSON(w, http.StatusOK, Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC(), JTI: c.ID})
 	})
+	mux.HandleFunc("POST /v1/agents/{id}/revoke", revokeCredentials(svc, opts))
 	return mux
+}
+
+// Revocation is the answer of POST /v1/agents/{id}/revoke.
+type Revocation struct {
+	AgentID string `json:"agent_id"`
+	// JTI is the one credential revoked; else RevokedBefore is the time
+	// before which every credential of the agent issued is revoked.
+	JTI           string     `json:"jti,omitempty"`
+	RevokedBefore *time.Time `json:"revoked_before,omitempty"`
+	// Quarantined: the agent was quarantined too (asked, and registered).
+	Quarantined bool `json:"quarantined"`
+}
+
+func revokeCredentials(svc *broker.Service, opts Options) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			JTI        string `json:"jti"`
+			Quarantine bool   `json:"quarantine"`
+		}
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		if opts.Revoke == nil {
+			writeErr(w, http.StatusServiceUnavailable, "unavailable", "this a2ad cannot revoke credentials")
+			return
+		}
+		id := r.PathValue("id")
+		if !natsbind.ValidToken(id) {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "agent id: want 1 to 128 of [A-Za-z0-9_-]")
+			return
+		}
+		if body.JTI != "" && !agentcred.ValidJTI(body.JTI) {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "jti: want the 32 hex digits of a credential's jti (printed when it was minted; in its agent.credential_issued audit record)")
+			return
+		}
+		before, err := opts.Revoke(r.Context(), id, body.JTI)
+		switch {
+		case errors.Is(err, agentcred.ErrTooManyRevoked):
+			writeErr(w, http.StatusConflict, "too_many_revocations", err.Error())
+			return
+		case err != nil:
+			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		rec := agentRecord(r, audit.KindAgentCredentialRevoked, nil, "")
+		rec.AgentID = id
+		res := Revocation{AgentID: id, JTI: body.JTI}
+		if body.JTI != "" {
+			rec.JTI = body.JTI
+		} else {
+			rec.RevokedBefore, res.RevokedBefore = &before, &before
+		}
+		opts.Audit.Append(rec)
+		if body.Quarantine {
+			a, err := svc.Agents.Quarantine(r.Context(), id, "credentials revoked")
+			switch {
+			case errors.Is(err, agentcard.ErrAgentNotFound):
+			case err != nil:
+				writeErr(w, http.StatusServiceUnavailable, "store_unavailable", "revoked, but not quarantined: "+err.Error())
+				return
+			default:
+				opts.Audit.Append(agentRecord(r, audit.KindAgentQuarantined, a, "credentials revoked"))
+				res.Quarantined = true
+			}
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
 }
 
 // Credential is the answer of POST /v1/agents/{id}/credential.
@@ -167,6 +246,9 @@ type Credential struct {
 	AgentID    string    `json:"agent_id"`
 	Credential string    `json:"credential"` // compact JWS (internal/agentcred)
 	ExpiresAt  time.Time `json:"expires_at"`
+	// JTI is the credential's jti: `a2ad agents revoke ID --credential JTI`
+	// revokes this one only.
+	JTI string `json:"jti"`
 }
 
 // decodeBody reads a small JSON body strictly; on failure it has answered 400.

@@ -23,6 +23,10 @@ type Options struct {
 	// Stopping is closed when a2ad begins to shut down: open watches end
 	// with an "event: shutdown" at once rather than hold the shutdown up.
 	Stopping <-chan struct{}
+	// Revoke revokes agent credentials on every instance (POST
+	// /v1/agents/{id}/revoke; nil: 503): the one with jti, or with jti ""
+	// every one issued until now, whose revocation time it returns.
+	Revoke func(ctx context.Context, agentID, jti string) (revokedBefore time.Time, err error)
 }
 
 // operatorRecord starts an audit record of kind by the request's operator.

@@ -78,6 +78,8 @@ type Keys struct {
 	// about 50 µs. Expiry is checked again at every use.
 	mu       sync.Mutex
 	verified map[[sha256.Size]byte]Claims
+	// revoked, if set, are credentials refused before their expiry.
+	revoked *Revocations
 }
 
 // maxVerified bounds the cache of verified credentials; when it is full an
@@ -97,20 +99,36 @@ func NewKeys(seed []byte) (*Keys, error) {
 // [A-Za-z0-9_-]) valid from now for ttl (0 means [DefaultTTL]; at most
 // [MaxTTL]). It returns the compact JWS and its expiry.
 func (k *Keys) Mint(agentID string, ttl time.Duration, now time.Time) (string, time.Time, error) {
+	tok, c, err := k.MintClaims(agentID, ttl, now)
+	return tok, c.Expires, err
+}
+
+// MintClaims is [Keys.Mint] returning the credential's claims too: its jti
+// (32 hex digits) is what `a2ad agents revoke ID --credential JTI` names.
+// Its iat is now in whole seconds, or, if the agent's credentials were
+// revoked ([Keys.SetRevocations]) up to a later time (at most a second
+// ahead, [RevokedBefore]), that time: a credential minted after a
+// revocation is never refused by it.
+func (k *Keys) MintClaims(agentID string, ttl time.Duration, now time.Time) (string, Claims, error) {
 	if !natsbind.ValidToken(agentID) {
-		return "", time.Time{}, fmt.Errorf("agentcred: agent id %q: want 1 to 128 of [A-Za-z0-9_-]", agentID)
+		return "", Claims{}, fmt.Errorf("agentcred: agent id %q: want 1 to 128 of [A-Za-z0-9_-]", agentID)
 	}
 	switch {
 	case ttl == 0:
 		ttl = DefaultTTL
 	case ttl < 0 || ttl > MaxTTL:
-		return "", time.Time{}, fmt.Errorf("agentcred: ttl %s: want more than 0 and at most %s", ttl, MaxTTL)
+		return "", Claims{}, fmt.Errorf("agentcred: ttl %s: want more than 0 and at most %s", ttl, MaxTTL)
 	}
 	var jti [16]byte
 	if _, err := rand.Read(jti[:]); err != nil {
-		return "", time.Time{}, err
+		return "", Claims{}, err
 	}
 	now = now.Truncate(time.Second)
+	if r := k.revocations(); r != nil {
+		if t, ok := r.Before(agentID); ok && t.After(now) {
+			now = t
+		}
+	}
 	exp := now.Add(ttl)
 	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{
 		Issuer:    Issuer,
@@ -123,14 +141,16 @@ func (k *Keys) Mint(agentID string, ttl time.Duration, now time.Time) (string, t
 	})
 	s, err := tok.SignedString(k.priv)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", Claims{}, err
 	}
-	return s, exp, nil
+	return s, Claims{AgentID: agentID, IssuedAt: now, Expires: exp, ID: hex.EncodeToString(jti[:])}, nil
 }
 
 // Verify checks a credential: EdDSA signature under these keys (no other
 // algorithm, no key named by the token), iss, aud, exp (required), nbf,
-// and a sub that is a valid agent id. Errors wrap [ErrInvalid].
+// and a sub that is a valid agent id, and that the credential is not
+// revoked ([Keys.SetRevocations]; such errors wrap [ErrRevoked] too).
+// Errors wrap [ErrInvalid].
 func (k *Keys) Verify(token string) (Claims, error) {
 	if len(token) > maxTokenBytes {
 		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, maxTokenBytes)
@@ -142,6 +162,9 @@ func (k *Keys) Verify(token string) (Claims, error) {
 	if ok {
 		if now := time.Now(); now.After(c.Expires.Add(leeway)) {
 			return Claims{}, fmt.Errorf("%w: expired", ErrInvalid)
+		}
+		if err := k.revocations().Check(c); err != nil {
+			return Claims{}, err
 		}
 		return c, nil
 	}
@@ -162,6 +185,9 @@ func (k *Keys) Verify(token string) (Claims, error) {
 		}
 		k.verified[sum] = c
 		k.mu.Unlock()
+		if err := k.revocations().Check(c); err != nil {
+			return Claims{}, err
+		}
 	}
 	return c, err
 }

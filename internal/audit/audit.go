@@ -59,6 +59,9 @@ const (
 	KindAgentApproved       = "agent.approved"          // an operator approved a fingerprint
 	KindAgentQuarantined    = "agent.quarantined"       // an operator quarantined an agent
 	KindAgentCredential     = "agent.credential_issued" // a NATS credential was minted for an agent
+	// KindAgentCredentialRevoked: an operator revoked one credential of
+	// an agent (JTI) or every one issued before a time (RevokedBefore).
+	KindAgentCredentialRevoked = "agent.credential_revoked"
 )
 
 // Actor types.
@@ -125,6 +128,12 @@ type Record struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// ExpiresAt is when an issued credential expires.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// JTI is the jti of an issued or revoked agent credential (never the
+	// credential itself).
+	JTI string `json:"jti,omitempty"`
+	// RevokedBefore: every credential of the agent issued (iat) before
+	// this time is revoked.
+	RevokedBefore *time.Time `json:"revoked_before,omitempty"`
 	// TraceID is the OpenTelemetry trace id of the call, when traced.
 	TraceID string `json:"trace_id,omitempty"`
 	// Suppressed is the number of records like this one not written since
@@ -673,7 +682,7 @@ func scan(ctx context.Context, st jetstream.Stream, subject string, from, to uin
 // Kinds lists every kind a record may have.
 var Kinds = []string{KindDelegationAccepted, KindDelegationReplayed, KindDelegationRefused, KindTransition, KindTransitionRefused,
 	KindArtifactVerdict, KindTaskCancelRequested, KindAgentRegistered, KindAgentCardRefused, KindAgentApproved,
-	KindAgentQuarantined, KindAgentCredential}
+	KindAgentQuarantined, KindAgentCredential, KindAgentCredentialRevoked}
 
 // ValidKind reports whether k is one of [Kinds], or a family of them
 // ("agent.>", "task.>").

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/natsbind"
@@ -44,6 +45,9 @@ func (d *Daemon) register(m *nats.Msg) {
 		resp.Code, resp.Error = natsbind.RegisterUnauthenticated, err.Error()
 		if errors.Is(err, errAgentIDMismatch) {
 			resp.Code = natsbind.RegisterForbidden
+		}
+		if errors.Is(err, agentcred.ErrRevoked) {
+			resp.Code = natsbind.RegisterRevoked
 		}
 		d.aggregate.logAttrs(cred, slog.LevelWarn, "agent registration refused", "agent", safeID(req.AgentID), "credential_agent", cred,
 			"code", resp.Code, "err", err)

@@ -67,6 +67,11 @@ type Daemon struct {
 	obs     *observer
 	storage *storageMonitor
 	bars    embedded.Bars // agents the publish guard disconnected
+	// sessions are the embedded server's agent connections' credentials;
+	// revocations the revoked ones (revoke.go).
+	sessions      embedded.Sessions
+	revocations   agentcred.Revocations
+	revocationsKV jetstream.KeyValue
 	// registrations rate-limit registrations per agent.
 	registrations *registrationLimits
 	// aggregate bounds the records and log lines about one agent's
@@ -139,7 +144,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer auditAdmin.Revoke() // used once below, at most; never after Start
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
-			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars,
+			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars, Sessions: &d.sessions,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
 				// An agent retrying every second with a bad credential
@@ -202,7 +207,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if d.AgentKeys, err = AgentKeys(ctx, js, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	d.keys.Store(d.AgentKeys)
+	d.AgentKeys.SetRevocations(&d.revocations)
 	reg, err := loadSchemas(cfg.SchemasDir)
 	if err != nil {
 		return nil, err
@@ -247,6 +252,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
+	// Agents are let in once every revocation is known.
+	if err := d.openRevocations(ctx, runCtx, js, cfg.Replicas); err != nil {
+		return nil, err
+	}
+	d.keys.Store(d.AgentKeys)
 	idemKey, idemSince, err := sharedSecret(ctx, js, cfg.Replicas, "idempotency-task-id-hmac")
 	if err != nil {
 		return nil, err
@@ -316,6 +326,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer d.wg.Done()
 		d.storage.run(runCtx)
 	}()
+	if d.ns != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			embedded.KeepSessions(runCtx, d.ns, &d.sessions)
+		}()
+	}
 	if d.ns != nil {
 		limits := connectionLimits(cfg)
 		d.wg.Add(1)
@@ -389,7 +406,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping}))))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
+			Revoke: d.Revoke}))))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -228,6 +228,8 @@ func (o *observer) httpRefused(reason string) {
 func natsRefusalCode(err error) string {
 	msg := err.Error()
 	switch {
+	case errors.Is(err, agentcred.ErrRevoked):
+		return "revoked"
 	case errors.Is(err, agentcred.ErrInvalid) && strings.Contains(msg, "expired"):
 		return "expired"
 	case errors.Is(err, agentcred.ErrInvalid):

@@ -48,6 +48,9 @@ type Options struct {
 	// AuthRefused, if set, is told of each refused connection (remote
 	// address and reason; never the credential).
 	AuthRefused func(remote string, err error)
+	// Sessions, if set, remember each agent connection's credential, for
+	// [CloseRefused].
+	Sessions *Sessions
 }
 
 // DaemonUser is the NATS user of a2ad's own connection.
@@ -187,6 +190,7 @@ type auth struct {
 	verify   VerifyAgentFunc
 	bars     *Bars
 	refused  func(remote string, err error)
+	sessions *Sessions
 }
 
 // Check implements server.Authentication.
@@ -242,6 +246,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		a.fail(c, fmt.Errorf("%w: agent %s has as many connections as agent_limits.max_connections allows", ErrBarred, id))
 		return false
 	}
+	a.sessions.note(c.RemoteAddress(), token)
 	c.RegisterUser(&server.User{Username: id, Permissions: AgentPermissions(id), ConnectionDeadline: exp})
 	return true
 }
@@ -306,7 +311,8 @@ func Start(o Options) (*server.Server, error) {
 		NoFastProducerStall: true,
 	}
 	if o.DaemonPassword != "" {
-		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, bars: o.Bars, refused: o.AuthRefused}
+		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, bars: o.Bars, refused: o.AuthRefused,
+			sessions: o.Sessions}
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

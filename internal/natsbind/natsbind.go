@@ -116,6 +116,9 @@ const (
 	// allows it (registrations_per_minute); nothing of this registration
 	// was read. Retry after RetryAfterSeconds.
 	RegisterRateLimited = "rate_limited"
+	// RegisterRevoked: the credential verifies but an operator revoked it
+	// (`a2ad agents revoke`); a new one must be minted.
+	RegisterRevoked = "revoked"
 )
 
 // Client calls agents over the binding. Its zero value is not usable; build
