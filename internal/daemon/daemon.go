@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -423,6 +424,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.http.ErrorLog = stdlog.New(httpErrorLog{d.aggregate}, "", 0)
 		if d.tls != nil {
 			d.http.TLSConfig = d.tls.serverConfig()
 		}

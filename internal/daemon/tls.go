@@ -189,3 +189,20 @@ func requireClientCertificate(refused func(reason string), h http.Handler) http.
 		h.ServeHTTP(w, r)
 	})
 }
+
+// httpErrorLog is the HTTP server's error log (http.Server.ErrorLog):
+// failed TLS handshakes (a scanner, a client that speaks plain text or an
+// old TLS, a client certificate that does not verify) go through the
+// aggregator, so a stream of them makes a bounded number of lines.
+type httpErrorLog struct{ a *aggregator }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if rest, ok := strings.CutPrefix(msg, "http: TLS handshake error from "); ok {
+		remote, reason, _ := strings.Cut(rest, ": ")
+		w.a.logAttrs("http: tls handshake", slog.LevelInfo, "TLS handshake failed", "remote", remote, "reason", reason)
+		return len(p), nil
+	}
+	w.a.logAttrs("http: server", slog.LevelWarn, "HTTP server error", "err", msg)
+	return len(p), nil
+}
