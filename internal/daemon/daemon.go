@@ -40,6 +40,7 @@ import (
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
@@ -381,6 +382,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			}
 			scheme = "https"
 			log.Info("HTTP listener serves TLS", append(CertificateLogAttrs(leaf), "client_ca_file", cfg.TLS.ClientCAFile)...)
+			d.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_http_tls_certificate_expiry_timestamp_seconds",
+				Help: "NotAfter of the HTTP listener's TLS certificate (the one last loaded: at start or SIGHUP), Unix seconds."}, d.tls.expiry))
 		}
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 type httpTLS struct {
 	files   TLSConfig
 	current atomic.Pointer[tls.Config]
+	leaf    atomic.Pointer[x509.Certificate] // current's
 }
 
 // newHTTPTLS reads files; the error names the file and key at fault.
@@ -31,8 +32,13 @@ func newHTTPTLS(files TLSConfig) (*httpTLS, *x509.Certificate, error) {
 		return nil, nil, err
 	}
 	h.current.Store(cfg)
+	h.leaf.Store(leaf)
 	return h, leaf, nil
 }
+
+// expiry is the NotAfter of the certificate served, in Unix seconds (the
+// metric a2ad_http_tls_certificate_expiry_timestamp_seconds).
+func (h *httpTLS) expiry() float64 { return float64(h.leaf.Load().NotAfter.Unix()) }
 
 // serverConfig is the http.Server's TLSConfig: every handshake takes the
 // configuration last loaded.
@@ -109,6 +115,7 @@ func (d *Daemon) ReloadTLS() (*x509.Certificate, error) {
 		return nil, err
 	}
 	d.tls.current.Store(cfg)
+	d.tls.leaf.Store(leaf)
 	return leaf, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,7 +164,7 @@ func TestHTTPSListener(t *testing.T) {
 // fails keeps the certificate in force.
 func TestTLSCertificateReloadUnderLoad(t *testing.T) {
 	td := startTLS(t, nil)
-	first := td.ca.Server(t)
+	first := td.ca.ServerUntil(t, time.Now().Add(48*time.Hour).Truncate(time.Second)) // the rotated one; expires later
 	old := serialSeen(t, td)
 	if _, err := td.d.ReloadTLS(); err != nil { // the same files: nothing wrong with them
 		t.Fatal(err)
@@ -231,6 +232,10 @@ func TestTLSCertificateReloadUnderLoad(t *testing.T) {
 	if status, _ := get(t, kept, td.d.HTTPURL+"/healthz", ""); status != 200 {
 		t.Errorf("the connection opened before the reload: %d", status)
 	}
+	got := metricLineWith(t, kept, td.d.HTTPURL, "a2ad_http_tls_certificate_expiry_timestamp_seconds")
+	if v, err := strconv.ParseFloat(got, 64); err != nil || int64(v) != first.Cert.NotAfter.Unix() {
+		t.Errorf("a2ad_http_tls_certificate_expiry_timestamp_seconds = %q, want %d (the new certificate's NotAfter)", got, first.Cert.NotAfter.Unix())
+	}
 
 	// A key that does not match, then an unreadable file: refused, and
 	// the certificate in force stays.
@@ -240,6 +245,11 @@ func TestTLSCertificateReloadUnderLoad(t *testing.T) {
 	}
 	if _, err := td.d.ReloadTLS(); err == nil || !strings.Contains(err.Error(), "config: tls.cert_file "+td.certFile+" and tls.key_file "+td.keyFile) {
 		t.Errorf("reload with a key of another certificate: %v, want the error naming both files", err)
+	}
+	expired := td.ca.ServerUntil(t, time.Now().Add(-time.Minute))
+	expired.WriteFiles(t, td.dir, "server")
+	if _, err := td.d.ReloadTLS(); err == nil || !strings.HasPrefix(err.Error(), "config: tls.cert_file "+td.certFile+": the certificate expired at ") {
+		t.Errorf("reload with an expired certificate: %v", err)
 	}
 	os.Remove(td.certFile)
 	if _, err := td.d.ReloadTLS(); err == nil || !strings.HasPrefix(err.Error(), "config: tls.cert_file: open ") {
@@ -348,17 +358,37 @@ func TestPlainHTTPOutsideLoopbackIsRefused(t *testing.T) {
 	if err != nil || strings.Contains(log.String(), "plain text") {
 		t.Errorf("0.0.0.0 with TLS: %v\n%s", err, log)
 	}
+}
+
+// A TLS or Origin setting a2ad cannot use stops the start with an error
+// naming the key and what is wanted.
+func TestHTTPSettingErrorsNameTheKey(t *testing.T) {
+	ns, _, _ := natstest.Start(t)
+	ca := testcert.NewCA(t, "a2ad test CA")
+	dir := t.TempDir()
+	cert, key := ca.Server(t).WriteFiles(t, dir, "server")
+	oldCert, oldKey := ca.ServerUntil(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)).WriteFiles(t, dir, "expired")
+	startWith := func(cfg daemon.Config) error {
+		cfg.NATSURL, cfg.DataDir = ns.ClientURL(), t.TempDir()
+		d, err := daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), true)
+		if err == nil {
+			d.Stop()
+		}
+		return err
+	}
 	for cfg, want := range map[*daemon.TLSConfig]string{
 		{CertFile: cert}:                                  "config: tls.cert_file and tls.key_file go together",
 		{ClientCAFile: cert}:                              "config: tls.client_ca_file needs tls.cert_file and tls.key_file",
 		{CertFile: cert, KeyFile: cert}:                   "config: tls.cert_file " + cert + " and tls.key_file " + cert + ": want a PEM certificate (chain) and its PEM private key",
 		{CertFile: cert, KeyFile: key, ClientCAFile: key}: "config: tls.client_ca_file " + key + ": want PEM CA certificates; it holds none",
+		{CertFile: oldCert, KeyFile: oldKey}:              "config: tls.cert_file " + oldCert + ": the certificate expired at 2026-01-02T03:04:05Z",
+		{CertFile: cert, KeyFile: dir + "/none.pem"}:      "config: tls.key_file: open " + dir + "/none.pem: no such file or directory",
 	} {
-		if _, err := startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", TLS: *cfg}); err == nil || !strings.HasPrefix(err.Error(), want) {
+		if err := startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", TLS: *cfg}); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("tls %+v: %v, want %s…", *cfg, err, want)
 		}
 	}
-	if _, err := startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", HTTPAllowedOrigins: []string{"https://ok.example", "console.example.com"}}); err == nil ||
+	if err := startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", HTTPAllowedOrigins: []string{"https://ok.example", "console.example.com"}}); err == nil ||
 		err.Error() != `config: http_allowed_origins[1] "console.example.com": want an origin such as https://console.example.com (scheme, host, optional port)` {
 		t.Errorf("a bad http_allowed_origins entry: %v", err)
 	}

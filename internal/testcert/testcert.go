@@ -81,10 +81,21 @@ func (ca *CA) WriteFile(t testing.TB, dir string) string {
 // localhost.
 func (ca *CA) Server(t testing.TB, hosts ...string) Pair {
 	t.Helper()
+	return ca.ServerUntil(t, time.Now().Add(24*time.Hour), hosts...)
+}
+
+// ServerUntil is Server with a certificate valid until notAfter (in the
+// past for an expired one), from an hour before now or notAfter.
+func (ca *CA) ServerUntil(t testing.TB, notAfter time.Time, hosts ...string) Pair {
+	t.Helper()
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "::1", "localhost"}
 	}
 	tmpl := ca.template(t, hosts[0], x509.ExtKeyUsageServerAuth)
+	tmpl.NotAfter = notAfter
+	if tmpl.NotBefore.After(notAfter) {
+		tmpl.NotBefore = notAfter.Add(-time.Hour)
+	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
