@@ -78,6 +78,32 @@ func TestHostOverHTTPS(t *testing.T) {
 		t.Errorf("a2ad tasks get without a client certificate:\n%s", got)
 	}
 
+	// The watch stream over HTTPS, with the client certificate.
+	watch := exec.Command(bin, "tasks", "watch", "--data-dir", d.DataDir, "--ca", caFile, "--cert", opCert, "--key", opKey)
+	stderr, err := watch.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		n, _ := stderr.Read(b)
+		line <- string(b[:n])
+	}()
+	select {
+	case got := <-line:
+		if want := "watching task changes at " + d.HTTP; !strings.HasPrefix(got, want) {
+			t.Errorf("a2ad tasks watch over HTTPS: %q, want %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("a2ad tasks watch over HTTPS said nothing")
+	}
+	_ = watch.Process.Kill()
+	_ = watch.Wait()
+
 	// Rotation: new files, SIGHUP; new handshakes get the new
 	// certificate, the host's session goes on.
 	second := ca.Server(t)
@@ -118,4 +144,26 @@ func TestHostOverHTTPS(t *testing.T) {
 		t.Errorf("after a refused reload a new connection gets serial %x, want %x still", got, second.Cert.SerialNumber)
 	}
 	conn.Close()
+}
+
+// The admin CLI's TLS flags: errors name the flag at fault.
+func TestAdminTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "a2ad test CA")
+	caFile := ca.WriteFile(t, dir)
+	cert, key := ca.Client(t, "ops").WriteFiles(t, dir, "ops")
+	cfg, err := adminTLS(caFile, cert, key)
+	if err != nil || cfg.MinVersion != tls.VersionTLS12 || len(cfg.Certificates) != 1 || cfg.RootCAs == nil {
+		t.Fatalf("adminTLS(ca, cert, key) = %+v, %v", cfg, err)
+	}
+	for _, c := range []struct{ ca, cert, key, want string }{
+		{ca: dir + "/none.pem", want: "--ca: open " + dir + "/none.pem: no such file or directory"},
+		{ca: key, want: "--ca " + key + ": want PEM CA certificates; it holds none"},
+		{cert: cert, want: "--cert and --key go together (env A2AD_CLIENT_CERT, A2AD_CLIENT_KEY)"},
+		{cert: cert, key: cert, want: "--cert " + cert + " and --key " + cert + ": want a PEM certificate and its PEM private key ("},
+	} {
+		if _, err := adminTLS(c.ca, c.cert, c.key); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("adminTLS(%q, %q, %q) = %v, want %s", c.ca, c.cert, c.key, err, c.want)
+		}
+	}
 }
