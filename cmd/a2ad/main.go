@@ -1,6 +1,7 @@
 // Command a2ad is the delegation broker daemon and its operator CLI.
 //
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
+//	           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]
@@ -12,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -69,6 +71,9 @@ func newServe() *cobra.Command {
 			override("nats-listen", &cfg.NATSListen, o.NATSListen)
 			override("nats-url", &cfg.NATSURL, o.NATSURL)
 			override("schemas-dir", &cfg.SchemasDir, o.SchemasDir)
+			override("tls-cert", &cfg.TLS.CertFile, o.TLS.CertFile)
+			override("tls-key", &cfg.TLS.KeyFile, o.TLS.KeyFile)
+			override("tls-client-ca", &cfg.TLS.ClientCAFile, o.TLS.ClientCAFile)
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line
@@ -125,6 +130,9 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address")
 	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one (env A2AD_NATS_URL, which keeps a password out of the process list)")
 	f.StringVar(&o.SchemasDir, "schemas-dir", "", "directory of host JSON Schemas (draft-07); default: the built-in ones")
+	f.StringVar(&o.TLS.CertFile, "tls-cert", "", "serve HTTP over TLS with this PEM certificate (chain); reloaded on SIGHUP (config tls.cert_file)")
+	f.StringVar(&o.TLS.KeyFile, "tls-key", "", "the PEM private key of --tls-cert (config tls.key_file)")
+	f.StringVar(&o.TLS.ClientCAFile, "tls-client-ca", "", "require, on the admin API, client certificates of these PEM CAs besides the token (config tls.client_ca_file)")
 	return cmd
 }
 
@@ -135,14 +143,20 @@ func mcpURL(d *daemon.Daemon) string {
 	return d.HTTPURL + "/mcp"
 }
 
-// reloadOnHUP reloads the host schemas on each SIGHUP until ctx ends. A
-// refused reload changes nothing and is logged with its reason.
+// reloadOnHUP reloads the host schemas and the HTTP listener's TLS
+// certificate on each SIGHUP until ctx ends. A refused reload changes
+// nothing and is logged with its reason.
 func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if cert, err := d.ReloadTLS(); err == nil {
+				log.Info("TLS certificate reloaded; new connections use it", daemon.CertificateLogAttrs(cert)...)
+			} else if !errors.Is(err, daemon.ErrNoTLS) {
+				log.Error("TLS certificate not reloaded; the previous one stays in force", "err", err)
+			}
 			ch, err := d.ReloadSchemas()
 			if err != nil {
 				log.Error("host schemas not reloaded; the previous ones stay in force", "err", err)

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,10 @@ import (
 type adminFlags struct {
 	server, token, dataDir string
 	asJSON                 bool
+	// caFile, certFile and keyFile are the TLS of an https server: the CAs
+	// to verify it with besides the system's, and a client certificate
+	// (mTLS, tls.client_ca_file) — see adminTLS.
+	caFile, certFile, keyFile string
 }
 
 // bind adds the flags to cmd; the server defaults, once parsed, to the
@@ -38,6 +44,9 @@ func (f *adminFlags) bind(cmd *cobra.Command) {
 	pf.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
 	pf.StringVar(&f.token, "token", os.Getenv("A2AD_TOKEN"), "bearer token with scope a2a:admin (env A2AD_TOKEN); default: minted with --data-dir's development key")
 	pf.StringVar(&f.dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
+	pf.StringVar(&f.caFile, "ca", os.Getenv("A2AD_CA_FILE"), "PEM CA certificates to verify an https server with, besides the system's (env A2AD_CA_FILE)")
+	pf.StringVar(&f.certFile, "cert", os.Getenv("A2AD_CLIENT_CERT"), "PEM client certificate for an admin API that requires one (tls.client_ca_file; env A2AD_CLIENT_CERT)")
+	pf.StringVar(&f.keyFile, "key", os.Getenv("A2AD_CLIENT_KEY"), "PEM private key of --cert (env A2AD_CLIENT_KEY)")
 	cmd.PersistentPreRun = func(*cobra.Command, []string) {
 		if f.server == "" {
 			f.server = cmp.Or(serverOf(f.dataDir), "http://127.0.0.1:8080")
@@ -56,11 +65,56 @@ func (f *adminFlags) showTask(cmd *cobra.Command, raw []byte, rec *task.Record) 
 
 // get and call send a request to the admin API (see callJSON).
 func (f *adminFlags) get(path string, v any) ([]byte, error) {
-	return callJSON("GET", f.server, f.token, f.dataDir, path, nil, v)
+	return f.callJSON("GET", path, nil, v)
 }
 
 func (f *adminFlags) call(method, path string, body, v any) ([]byte, error) {
-	return callJSON(method, f.server, f.token, f.dataDir, path, body, v)
+	return f.callJSON(method, path, body, v)
+}
+
+// client is the HTTP client of the admin API: timeout 0 for a stream, TLS
+// as adminTLS says.
+func (f *adminFlags) client(timeout time.Duration) (*http.Client, error) {
+	cfg, err := adminTLS(f.caFile, f.certFile, f.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr, Timeout: timeout}, nil
+}
+
+// adminTLS is the TLS of the admin CLI's connections: TLS 1.2 or later;
+// the server verified with the system's CAs and those of caFile (PEM); a
+// client certificate from certFile and keyFile (PEM) when given. Errors
+// name the flag.
+func adminTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--ca %s: want PEM CA certificates; it holds none", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case (certFile == "") != (keyFile == ""):
+		return nil, errors.New("--cert and --key go together (env A2AD_CLIENT_CERT, A2AD_CLIENT_KEY)")
+	case certFile != "":
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert %s and --key %s: want a PEM certificate and its PEM private key (%v)", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 func newTasks() *cobra.Command {
@@ -215,12 +269,16 @@ func (f *adminFlags) watch(ctx context.Context, q url.Values, stdout, stderr io.
 		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req) // no timeout: the stream lasts
+	c, err := f.client(0) // no timeout: the stream lasts
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", f.server, err)
+		return reachError(f.server, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -268,18 +326,28 @@ func writeIndented(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// callJSON sends method with an optional JSON body to the admin API and
-// decodes the answer into v; it returns the raw answer for --json.
+// callJSON sends method with an optional JSON body to the admin API of a
+// daemon in plain text (the demo's) and decodes the answer into v; it
+// returns the raw answer for --json.
 func callJSON(method, server, token, dataDir, path string, body any, v any) ([]byte, error) {
 	f := adminFlags{server: server, token: token, dataDir: dataDir}
+	return f.callJSON(method, path, body, v)
+}
+
+// callJSON sends method with an optional JSON body to the admin API and
+// decodes the answer into v; it returns the raw answer for --json.
+func (f *adminFlags) callJSON(method, path string, body any, v any) ([]byte, error) {
 	req, err := f.request(context.Background(), method, path, body)
 	if err != nil {
 		return nil, err
 	}
-	c := &http.Client{Timeout: 10 * time.Second}
+	c, err := f.client(10 * time.Second)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
+		return nil, reachError(f.server, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -315,6 +383,31 @@ func (f *adminFlags) request(ctx context.Context, method, path string, body any)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	return req, nil
+}
+
+// reachError says why the admin API at server did not answer: in a2ad's
+// words when TLS is why (the server's certificate not verified, a client
+// certificate refused), with the library's reason after them.
+func reachError(server string, err error) error {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	var record tls.RecordHeaderError
+	switch {
+	case errors.As(err, &unknown):
+		return fmt.Errorf("a2ad at %s: its TLS certificate is not signed by a CA this CLI trusts: pass --ca FILE (or A2AD_CA_FILE) with the CA that issued it (%v)", server, err)
+	case errors.As(err, &host):
+		return fmt.Errorf("a2ad at %s: its TLS certificate is not for this host name: use --server with a name the certificate holds (%v)", server, err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("a2ad at %s: its TLS certificate is not valid (%v)", server, err)
+	case errors.As(err, &record):
+		return fmt.Errorf("a2ad at %s does not speak TLS: use --server http://… (%v)", server, err)
+	case strings.Contains(err.Error(), "remote error: tls: bad certificate"), strings.Contains(err.Error(), "remote error: tls: unknown certificate authority"),
+		strings.Contains(err.Error(), "remote error: tls: certificate required"):
+		// The server's alert (RFC 8446 §6.2); crypto/tls has no exported type for it.
+		return fmt.Errorf("a2ad at %s refused this CLI's TLS client certificate: pass --cert and --key with one its tls.client_ca_file trusts (%v)", server, err)
+	}
+	return fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
 }
 
 // answerError is the error of a non-200 answer: its code and message when

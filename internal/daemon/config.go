@@ -36,7 +36,7 @@ type Config struct {
 	// the listener's (behind a proxy or a Kubernetes Service), e.g.
 	// https://a2ad.example.com: the default token audience is PublicURL +
 	// "/mcp" and the protected resource metadata (RFC 9728) names it.
-	// Default: http://<http_addr>.
+	// Default: http://<http_addr>, or https://<http_addr> with tls.
 	PublicURL string `yaml:"public_url"`
 	// NATSListen is the embedded server's client address (default
 	// 127.0.0.1:4222; port -1 picks a free one).
@@ -48,6 +48,17 @@ type Config struct {
 	// otherwise (a service mesh that terminates TLS, say). Default false:
 	// a2ad refuses to start so.
 	Insecure bool `yaml:"insecure"`
+	// TLS serves the HTTP listener (MCP, admin API, metrics, health, the
+	// protected resource metadata) over TLS; empty: plain text, which
+	// a2ad accepts only on loopback unless Insecure.
+	TLS TLSConfig `yaml:"tls"`
+	// HTTPAllowedOrigins are the web origins (scheme://host[:port], RFC
+	// 6454), besides a2ad's own (public_url, the listener's URL), whose
+	// pages may call /mcp and /v1/: a request with any other Origin header
+	// is refused with 403 origin_not_allowed, whatever its token (MCP
+	// transport, Streamable HTTP, "Security Warning"). Requests without
+	// Origin (programs, not browsers) are not affected. Default: none.
+	HTTPAllowedOrigins []string `yaml:"http_allowed_origins"`
 	// NATSURL connects to an existing NATS server instead; nothing is embedded.
 	NATSURL string `yaml:"nats_url"`
 	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
@@ -261,6 +272,25 @@ type StorageConfig struct {
 
 // DefaultStorageReserve is StorageConfig.ReserveBytes when zero.
 const DefaultStorageReserve = 64 << 20
+
+// TLSConfig is the HTTP listener's TLS: TLS 1.2 or later, the certificate
+// read again on SIGHUP ([Daemon.ReloadTLS]) without closing connections.
+type TLSConfig struct {
+	// CertFile is the server's certificate, PEM, leaf first and then the
+	// intermediates (flag --tls-cert). With it, every URL a2ad names
+	// (public_url's default, the default token audience, the protected
+	// resource metadata) is https://.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is CertFile's private key, PEM (PKCS #1, PKCS #8 or SEC 1;
+	// flag --tls-key).
+	KeyFile string `yaml:"key_file"`
+	// ClientCAFile holds the PEM certificates of the CAs whose client
+	// certificates (mTLS) the admin API (/v1/) requires in addition to a
+	// token with scope a2a:admin (flag --tls-client-ca); /mcp and the
+	// other paths do not ask for one. A client certificate that does not
+	// verify fails the handshake. Default: none, the token alone.
+	ClientCAFile string `yaml:"client_ca_file"`
+}
 
 // LogConfig configures the log.
 type LogConfig struct {

@@ -5,10 +5,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,6 +42,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -87,6 +90,7 @@ type Daemon struct {
 	lock               *os.File
 	nc                 *nats.Conn
 	http               *http.Server
+	tls                *httpTLS // nil: plain text
 	cancel             context.CancelFunc
 	wg                 sync.WaitGroup
 	once               sync.Once
@@ -99,6 +103,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	cfg = cfg.withDefaults()
 	if err := cfg.checkLimits(); err != nil {
 		return nil, err
+	}
+	if serveHTTP {
+		if err := cfg.TLS.check(); err != nil {
+			return nil, err
+		}
+		if err := checkOrigins(cfg.HTTPAllowedOrigins); err != nil {
+			return nil, err
+		}
+		if err := checkPlainHTTP(ctx, cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
@@ -376,11 +391,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
 		Stopping: stopping})
 	if serveHTTP {
+		scheme := "http"
+		if cfg.TLS.CertFile != "" {
+			var leaf *x509.Certificate
+			if d.tls, leaf, err = newHTTPTLS(cfg.TLS); err != nil {
+				return nil, err
+			}
+			scheme = "https"
+			log.Info("HTTP listener serves TLS", append(CertificateLogAttrs(leaf), "client_ca_file", cfg.TLS.ClientCAFile)...)
+			d.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_http_tls_certificate_expiry_timestamp_seconds",
+				Help: "NotAfter of the HTTP listener's TLS certificate (the one last loaded: at start or SIGHUP), Unix seconds."}, d.tls.expiry))
+		}
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
-		d.HTTPURL = "http://" + ln.Addr().String()
+		d.HTTPURL = scheme + "://" + ln.Addr().String()
 		public := d.HTTPURL
 		if cfg.PublicURL != "" {
 			u, perr := url.Parse(cfg.PublicURL)
@@ -405,22 +431,35 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			log.Info("host tokens are verified with the development key; mint one with `a2ad token mint`", "key", mcpedge.DevKeyPath(cfg.DataDir), "audience", d.Auth.Audience())
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
-			Revoke: d.Revoke}))))
+		origins := allowedOrigins(d.HTTPURL, public, cfg.HTTPAllowedOrigins)
+		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log))))
+		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
+			Revoke: d.Revoke}))
+		if cfg.TLS.ClientCAFile != "" {
+			adminAPI = requireClientCertificate(d.obs.httpRefused, adminAPI)
+		}
+		mux.Handle("/v1/", originGuard(origins, d.obs.httpRefused, loopbackHostOnly(ln.Addr(), adminAPI)))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
 		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.http.ErrorLog = stdlog.New(httpErrorLog{d.aggregate}, "", 0)
+		if d.tls != nil {
+			d.http.TLSConfig = d.tls.serverConfig()
+		}
 		// Shutdown ends MCP waits (they return the task as it is; the
 		// task goes on) and admin watches at once.
 		d.http.RegisterOnShutdown(func() { close(stopping) })
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			if err := d.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := d.http.Serve
+			if d.tls != nil {
+				serve = func(ln net.Listener) error { return d.http.ServeTLS(ln, "", "") } // the files are in TLSConfig
+			}
+			if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()
