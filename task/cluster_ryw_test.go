@@ -124,7 +124,7 @@ func TestClusterReadYourWrites(t *testing.T) {
 					return
 				default:
 				}
-				a := (w + i) % len(stores)        // the instance a host delegates through
+				a := (w + i) % len(stores)       // the instance a host delegates through
 				b := (a + 1 + i%2) % len(stores) // another, where the host reads at once
 				id := fmt.Sprintf("ryw-%d-%d", w, i)
 				now := time.Now().UTC()
