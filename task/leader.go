@@ -30,7 +30,7 @@ var ErrNoLeader = errors.New("task store: the task bucket's stream leader did no
 type leaderReader struct {
 	nc      *nats.Conn
 	subject string        // the stream's STREAM.MSG.GET API subject
-	timeout time.Duration // of one request when the context has no deadline
+	timeout time.Duration // of one request at most
 }
 
 // newLeaderReader reads stream through js's connection, with js's API
@@ -73,7 +73,10 @@ var errNoMessage = errors.New("no message on the subject")
 // leaderless), the request's error if nobody answered (a timeout: the
 // stream has no leader yet; non-leaders stay silent).
 func (l *leaderReader) last(ctx context.Context, subject string) ([]byte, uint64, nats.Header, error) {
-	if _, ok := ctx.Deadline(); !ok && l.timeout > 0 {
+	if l.timeout > 0 {
+		// Each attempt is bounded, also under a caller's long deadline:
+		// while no leader is elected nobody answers, and the retry asks
+		// again.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
@@ -108,7 +111,8 @@ func (l *leaderReader) last(ctx context.Context, subject string) ([]byte, uint64
 }
 
 // leaderGet reads id's last value through the task bucket's stream leader
-// (see [leaderReader]), retrying transient errors for RetryFor: the value
+// (see [leaderReader]), retrying transient errors (a timeout of one
+// request, a 503 while leaderless) for RetryFor: the value
 // and its revision; ErrNotFound if the leader holds none or a deletion;
 // an error wrapping ErrNoLeader if no leader answered in that time.
 func (s *Store) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
