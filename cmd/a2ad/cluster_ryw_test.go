@@ -23,11 +23,11 @@ import (
 // task_get answers task_not_found, and every delegated task completes.
 // Before, a few in 15,000–21,000 delegations did, and one host gave up on a
 // task that then ended deadline_exceeded. A2AD_RYW_SECONDS sets how long
-// the hosts delegate (default 24); the store-level test
+// the hosts delegate (default 20); the store-level test
 // (task.TestClusterReadYourWrites) runs the same pattern many times faster.
 func TestClusterReadYourWritesThroughHosts(t *testing.T) {
 	c := natscluster.Start(t, 3)
-	run := 24 * time.Second
+	run := 20 * time.Second
 	if v, err := strconv.Atoi(os.Getenv("A2AD_RYW_SECONDS")); err == nil && v > 0 {
 		run = time.Duration(v) * time.Second
 	}
