@@ -520,6 +520,7 @@ func (e *ToolError) Unwrap() error { return e.Err }
 const (
 	msgInternal    = "a2ad could not complete the call; its log has the cause"
 	msgUnavailable = "a2ad's store has no room for this now (it keeps what is left for the tasks already delegated, which go on); try again later"
+	msgNoLeader    = "a2ad's store could not say whether the task exists (its NATS cluster is electing a leader or lacks a quorum); try again later"
 )
 
 // toolError classifies a domain error into a stable code. The host reads
@@ -539,6 +540,9 @@ func toolError(err error) *ToolError {
 	case "internal_error":
 		return &ToolError{Code: code, Msg: msgInternal, Err: err}
 	case "unavailable":
+		if errors.Is(err, task.ErrNoLeader) {
+			return &ToolError{Code: code, Msg: msgNoLeader, Err: err}
+		}
 		return &ToolError{Code: code, Msg: msgUnavailable, Err: err}
 	}
 	return &ToolError{Code: code, Msg: err.Error(), Err: err}
@@ -577,6 +581,8 @@ func ErrorCode(err error) string {
 	case errors.Is(err, broker.ErrTerminal):
 		code = "task_ended"
 	case errors.Is(err, task.ErrUnavailable):
+		code = "unavailable"
+	case errors.Is(err, task.ErrNoLeader):
 		code = "unavailable"
 	case errors.Is(err, context.DeadlineExceeded):
 		code = "agent_timeout"

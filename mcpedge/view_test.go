@@ -1,6 +1,7 @@
 package mcpedge
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,5 +96,15 @@ func TestInputRequestIsFlagged(t *testing.T) {
 	}
 	if got := flagged("Was the identity verified?", "Agent asks: …"); got != "Agent asks: …" {
 		t.Errorf("plain question: %q", got)
+	}
+}
+
+// A read the stream leader could not answer is unavailable, in a2ad's
+// words, never task_not_found nor the NATS client's text.
+func TestNoLeaderIsUnavailable(t *testing.T) {
+	err := toolError(fmt.Errorf("%w: get t1: %w", task.ErrNoLeader, context.DeadlineExceeded))
+	var te *ToolError
+	if !errors.As(err, &te) || te.Code != "unavailable" || te.Msg != msgNoLeader || strings.Contains(err.Error(), "deadline") {
+		t.Errorf("tool error %v, want unavailable: %s", err, msgNoLeader)
 	}
 }

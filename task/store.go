@@ -36,7 +36,8 @@ var ErrConflict = errors.New("task: too many concurrent updates")
 // callback: first every record in the bucket, then each change.
 type Store struct {
 	kv     jetstream.KeyValue
-	stream jetstream.Stream // the bucket's stream, for reads through its leader
+	stream jetstream.Stream // the bucket's stream
+	leader *leaderReader    // reads through the bucket's stream leader
 
 	mu      sync.Mutex
 	waiters map[string]map[*Follower]struct{}
@@ -141,7 +142,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{stream: st, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s := &Store{stream: st, leader: newLeaderReader(js, "KV_"+Bucket), waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
 	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -416,7 +417,10 @@ func (s *Store) holds(ctx context.Context, id string, b []byte) bool {
 	return err == nil && bytes.Equal(e.Value(), b)
 }
 
-// Get returns the record and its KV revision; ErrNotFound if absent.
+// Get returns the record and its KV revision; ErrNotFound if absent, as
+// the task bucket's stream leader answers (a replica's direct get that
+// finds nothing is not trusted); an error wrapping ErrNoLeader if the
+// leader did not answer within RetryFor.
 func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 	if ctx.Value(cachedReadKey{}) != nil {
 		if rev, val, ok := s.cache.get(id); ok {
@@ -429,8 +433,9 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 	err := s.retry(ctx, func() (err error) { e, err = s.kv.Get(ctx, id); return err })
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		// KV reads are direct gets that any replica may serve; one a few
-		// milliseconds behind would miss a task another instance just
-		// created. "Not found" is confirmed by the stream leader.
+		// milliseconds behind would miss a task just created, on this
+		// instance or another. "Not found" is decided by the stream
+		// leader alone (leaderGet), or not at all (ErrNoLeader).
 		var raw []byte
 		raw, rev, lerr := s.leaderGet(ctx, id)
 		if lerr != nil {
@@ -453,29 +458,6 @@ func (s *Store) Get(ctx context.Context, id string) (*Record, uint64, error) {
 		return nil, 0, fmt.Errorf("task: decode %s: %w", id, err)
 	}
 	return r, e.Revision(), nil
-}
-
-// leaderGet reads id's last value through the stream leader (a JetStream
-// API message get, not a direct get); ErrNotFound if absent or deleted.
-func (s *Store) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
-	if !validKey(id) {
-		return nil, 0, ErrNotFound
-	}
-	var m *jetstream.RawStreamMsg
-	err := s.retry(ctx, func() (err error) {
-		m, err = s.stream.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+id)
-		return err
-	})
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, 0, ErrNotFound
-	case err != nil:
-		return nil, 0, fmt.Errorf("task: get %s: %w", id, err)
-	}
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		return nil, 0, ErrNotFound
-	}
-	return m.Data, m.Sequence, nil
 }
 
 // Update reads the record, lets mutate change it, and writes it back with
