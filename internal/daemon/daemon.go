@@ -359,10 +359,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
 		Stopping: stopping})
 	if serveHTTP {
+		limits, err := fitConnections(cfg.HTTPLimits.MaxConnections, cfg.HTTPLimits.Or(DefaultHTTPLimits), openFileLimit(), log)
+		if err != nil {
+			return nil, err
+		}
+		httpMetrics := d.Metrics.NewHTTP()
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
+		ln = limitConnections(ln, limits.MaxConnections, httpMetrics)
 		d.HTTPURL = "http://" + ln.Addr().String()
 		public := d.HTTPURL
 		if cfg.PublicURL != "" {
@@ -387,15 +393,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			}
 			log.Info("host tokens are verified with the development key; mint one with `a2ad token mint`", "key", mcpedge.DevKeyPath(cfg.DataDir), "audience", d.Auth.Audience())
 		}
+		rates := mcpedge.NewRateLimiter(cfg.RateLimits)
+		rates.OnLimited = func(edge, class, scope string) { httpMetrics.RateLimited.WithLabelValues(edge, class, scope).Inc() }
 		mux := http.NewServeMux()
-		mux.Handle("/mcp", d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log)))
-		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping}))))
+		mux.Handle("/mcp", d.Auth.ProtectMCP(rates.MCP(mcpedge.HTTPHandler(d.MCP, log))))
+		mux.Handle("/v1/", loopbackHostOnly(ln.Addr(), d.Auth.RequireScope(mcpedge.ScopeAdmin, rates.Admin(admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping})))))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
-		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.http = newHTTPServer(mux, limits)
 		// Shutdown ends MCP waits (they return the task as it is; the
 		// task goes on) and admin watches at once.
 		d.http.RegisterOnShutdown(func() { close(stopping) })
