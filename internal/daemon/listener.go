@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,8 +31,9 @@ type HTTPLimits struct {
 	// from the connection); a connection that sends nothing is closed
 	// after it. Default 10.
 	ReadHeaderTimeoutSeconds int `yaml:"read_header_timeout_seconds"`
-	// ReadTimeoutSeconds is how long a client has to send a request's
-	// body, from the end of its headers. Default 30.
+	// ReadTimeoutSeconds is how long a client has to send a whole
+	// request, headers and body; it does not bound what a2ad does with
+	// it afterwards. At least read_header_timeout_seconds. Default 30.
 	ReadTimeoutSeconds int `yaml:"read_timeout_seconds"`
 	// WriteTimeoutSeconds is how long one write of a response may take to
 	// reach the client. The deadline is renewed at each write, so a tool
@@ -82,8 +82,8 @@ func (l HTTPLimits) Check() error {
 		return fmt.Errorf("config: http_limits.max_connections %d: want at least 1", l.MaxConnections)
 	case l.ReadHeaderTimeoutSeconds < 1:
 		return fmt.Errorf("config: http_limits.read_header_timeout_seconds %d: want at least 1", l.ReadHeaderTimeoutSeconds)
-	case l.ReadTimeoutSeconds < 1:
-		return fmt.Errorf("config: http_limits.read_timeout_seconds %d: want at least 1", l.ReadTimeoutSeconds)
+	case l.ReadTimeoutSeconds < l.ReadHeaderTimeoutSeconds:
+		return fmt.Errorf("config: http_limits.read_timeout_seconds %d: want at least read_header_timeout_seconds (%d): it bounds the headers and the body", l.ReadTimeoutSeconds, l.ReadHeaderTimeoutSeconds)
 	case l.WriteTimeoutSeconds < 1:
 		return fmt.Errorf("config: http_limits.write_timeout_seconds %d: want at least 1", l.WriteTimeoutSeconds)
 	case l.IdleTimeoutSeconds < 1:
@@ -115,19 +115,21 @@ func fitConnections(configured int, l HTTPLimits, nofile uint64, log *slog.Logge
 	return l, nil
 }
 
-// newHTTPServer returns the HTTP server of h under the limits l: the
-// header, idle and per-request read and write deadlines and the header
-// and body bounds ([boundRequests]).
+// newHTTPServer returns the HTTP server of h under the limits l: header,
+// request, idle and per-write deadlines, and the header and body bounds
+// ([boundRequests]).
 //
-// http.Server's ReadTimeout and WriteTimeout are left zero on purpose:
-// they run from the start of a request, so a 50 s delegate would lose
-// its connection to the write timeout, and a read timeout that expires
-// while the handler waits cancels the request's context (net/http's
-// background read fails). The deadlines are set per request instead.
+// http.Server's WriteTimeout is left zero on purpose: it runs from the end
+// of a request's headers, so a 50 s delegate or an SSE stream would lose
+// its connection to it. The write deadline is renewed at each write
+// instead. ReadTimeout may stay: net/http clears the read deadline once
+// the body is read (to watch for the client going away), so it never
+// cuts a handler that waits.
 func newHTTPServer(h http.Handler, l HTTPLimits) *http.Server {
 	return &http.Server{
 		Handler:           boundRequests(h, l),
 		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeoutSeconds) * time.Second,
+		ReadTimeout:       time.Duration(l.ReadTimeoutSeconds) * time.Second,
 		IdleTimeout:       time.Duration(l.IdleTimeoutSeconds) * time.Second,
 		// net/http answers 431 over it (it allows 4096 bytes more).
 		MaxHeaderBytes: l.MaxHeaderBytes,
@@ -136,25 +138,21 @@ func newHTTPServer(h http.Handler, l HTTPLimits) *http.Server {
 
 // boundRequests gives each request of h the body and write bounds of l: a
 // body over MaxBodyBytes is answered 413 (at once when Content-Length
-// says so, else when the handler reads past it), the body must arrive
-// within ReadTimeoutSeconds, and each write of the response (headers,
-// writes, flushes, and the last flush after h returns) has
-// WriteTimeoutSeconds from its start.
+// says so, else when the handler reads past it), and each write of the
+// response (headers, writes, flushes, and the last flush after h returns)
+// has WriteTimeoutSeconds from its start.
 func boundRequests(h http.Handler, l HTTPLimits) http.Handler {
-	readTimeout := time.Duration(l.ReadTimeoutSeconds) * time.Second
 	writeTimeout := time.Duration(l.WriteTimeoutSeconds) * time.Second
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
+		bw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: writeTimeout}
+		bw.renew()
 		if r.ContentLength > l.MaxBodyBytes {
-			w.Header().Set("Connection", "close") // the unread body is not drained
-			tooLarge(w, l.MaxBodyBytes)
+			bw.Header().Set("Connection", "close") // the unread body is not drained
+			tooLarge(bw, l.MaxBodyBytes)
 			return
 		}
-		bw := &deadlineWriter{ResponseWriter: w, rc: rc, timeout: writeTimeout}
-		bw.renew()
 		if r.Body != nil && r.Body != http.NoBody {
-			_ = rc.SetReadDeadline(time.Now().Add(readTimeout))
-			r.Body = &deadlineBody{ReadCloser: http.MaxBytesReader(bw, r.Body, l.MaxBodyBytes), rc: rc}
+			r.Body = http.MaxBytesReader(bw, r.Body, l.MaxBodyBytes)
 		}
 		h.ServeHTTP(bw, r)
 		bw.renew()
@@ -198,30 +196,6 @@ func (w *deadlineWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// deadlineBody clears the body's read deadline once the body has been
-// read to its end (or failed): what the handler does next (a long wait)
-// is not bounded by it.
-type deadlineBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done atomic.Bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && !b.done.Swap(true) {
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
-}
-
-func (b *deadlineBody) Close() error {
-	if !b.done.Swap(true) {
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return b.ReadCloser.Close()
-}
 
 // connLimitListener accepts at most max connections open at once: over
 // it, a new connection is closed at once with a TCP reset and counted.
