@@ -476,6 +476,11 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benc
 	// The hostile agent of --flood: configured, with the default limits,
 	// for a tenant of its own.
 	cfg.Agents = append(cfg.Agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: benchHostile, Tenants: []string{"acme"}}})
+	// The bench measures what a2ad sustains, not its rate limits: its
+	// hosts, all of tenant default, go well past the defaults.
+	unlimited := mcpedge.Rate{PerSecond: 1e9, Burst: 1e9}
+	cfg.RateLimits = mcpedge.RateLimits{PerPrincipal: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited},
+		PerTenant: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited}}
 	env.d, err = daemon.Start(ctx, cfg, log, true)
 	if err != nil {
 		return env, err
