@@ -191,7 +191,14 @@ func TestHTTPMaxConnectionsRefusesNewOnesOnly(t *testing.T) {
 		open = append(open, c)
 	}
 	for i := range 3 {
-		c := dialRaw(t, d) // the kernel completes the handshake; a2ad closes it
+		// The kernel completes the handshake and a2ad resets the
+		// connection: the dial, the write or the read fails.
+		nc, err := net.Dial("tcp", strings.TrimPrefix(d.HTTPURL, "http://"))
+		if err != nil {
+			continue
+		}
+		c := &rawConn{Conn: nc, r: bufio.NewReader(nc)}
+		t.Cleanup(func() { nc.Close() })
 		if _, err := fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err == nil {
 			if !c.closedByServer(t) {
 				t.Fatalf("connection %d over max_connections was kept open, want it closed at once", max+i+1)
@@ -348,7 +355,8 @@ func postMCP(t *testing.T, d *daemon.Daemon, token, body string) *http.Response 
 // A principal over its write limit gets 429 with Retry-After (its go-sdk
 // session survives and its reads go on); another principal of the tenant
 // writes until the tenant's limit, and another tenant is unaffected; the
-// admin API is limited the same way; a2ad_rate_limited_total counts each
+// admin API is limited the same way, and a batch spends one write per
+// message; a2ad_rate_limited_total counts each
 // refusal by edge, class and scope.
 func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 	// 0.001 a second: no token comes back while the test runs, so
@@ -399,6 +407,18 @@ func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 		t.Errorf("carol (tenant acme): %v %+v, want the tool's own answer", err, res)
 	}
 
+	// A JSON-RPC batch (MCP before 2025-06-18) spends a write per message:
+	// three are more than dave's burst of two will ever hold.
+	batch := `[` + strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delegate","arguments":{}}},`, 2) +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delegate","arguments":{}}}]`
+	resp = postMCP(t, d, devToken(t, d, "dave", "acme", scopes), batch)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" ||
+		string(b) != `{"error":{"code":"rate_limited","message":"a batch of 3 writes is more than the principal's burst allows at once; send fewer at a time"}}`+"\n" {
+		t.Errorf("a batch of 3 delegates over a burst of 2: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+
 	ops := devToken(t, d, "ops", "operators", "a2a:admin")
 	for i, want := range []int{http.StatusNotFound, http.StatusNotFound, http.StatusTooManyRequests} {
 		req, _ := http.NewRequest(http.MethodPost, d.HTTPURL+"/v1/tasks/t-nope/cancel", strings.NewReader(`{}`))
@@ -420,7 +440,7 @@ func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for series, want := range map[string]float64{
-		`a2ad_rate_limited_total{class="write",edge="mcp",scope="principal"}`:   2,
+		`a2ad_rate_limited_total{class="write",edge="mcp",scope="principal"}`:   3,
 		`a2ad_rate_limited_total{class="write",edge="mcp",scope="tenant"}`:      1,
 		`a2ad_rate_limited_total{class="read",edge="mcp",scope="principal"}`:    0,
 		`a2ad_rate_limited_total{class="write",edge="admin",scope="principal"}`: 1,
