@@ -119,10 +119,11 @@ func fitConnections(configured int, l HTTPLimits, nofile uint64, log *slog.Logge
 // request, idle and per-write deadlines, and the header and body bounds
 // ([boundRequests]).
 //
-// http.Server's WriteTimeout is left zero on purpose: it runs from the end
-// of a request's headers, so a 50 s delegate or an SSE stream would lose
-// its connection to it. The write deadline is renewed at each write
-// instead. ReadTimeout may stay: net/http clears the read deadline once
+// http.Server's WriteTimeout alone runs from the end of a request's
+// headers, so a 50 s delegate or an SSE stream would lose its connection
+// to it: it only covers what net/http writes itself (a 431, a 400), and
+// [boundRequests] renews the deadline at each write of a handler.
+// ReadTimeout can stay as it is: net/http clears the read deadline once
 // the body is read (to watch for the client going away), so it never
 // cuts a handler that waits.
 func newHTTPServer(h http.Handler, l HTTPLimits) *http.Server {
@@ -130,6 +131,7 @@ func newHTTPServer(h http.Handler, l HTTPLimits) *http.Server {
 		Handler:           boundRequests(h, l),
 		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeoutSeconds) * time.Second,
 		ReadTimeout:       time.Duration(l.ReadTimeoutSeconds) * time.Second,
+		WriteTimeout:      time.Duration(l.WriteTimeoutSeconds) * time.Second,
 		IdleTimeout:       time.Duration(l.IdleTimeoutSeconds) * time.Second,
 		// net/http answers 431 over it (it allows 4096 bytes more).
 		MaxHeaderBytes: l.MaxHeaderBytes,
