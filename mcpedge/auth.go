@@ -534,7 +534,7 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 		}
 		r, call, err := peek(r)
 		if err != nil {
-			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			bodyError(w, err)
 			return
 		}
 		if call.method == "tools/call" {
@@ -556,9 +556,13 @@ type readCloser struct {
 }
 
 // call is what a POST to /mcp names: its JSON-RPC method and, for
-// tools/call, the tool. It is read once per request (peek) and shared by the
-// scope check and the era routing.
-type call struct{ method, tool string }
+// tools/call, the tool, or for a JSON-RPC batch the number of its messages
+// (and no method). It is read once per request (peek) and shared by the
+// scope check, the rate limits and the era routing.
+type call struct {
+	method, tool string
+	batch        int
+}
 
 type callKey struct{}
 
@@ -572,12 +576,15 @@ func peek(r *http.Request) (*http.Request, call, error) {
 	if r.Method != http.MethodPost || r.Body == nil {
 		return r, call{}, nil
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek))
+	// One byte past maxPeek: a body bounded to maxPeek (http_limits)
+	// fails here, not later in the SDK.
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeek+1))
 	if err != nil {
 		return r, call{}, err
 	}
 	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 	c := parseCall(body)
+	c.batch = batchLen(body)
 	return r.WithContext(context.WithValue(r.Context(), callKey{}, c)), c, nil
 }
 

@@ -174,7 +174,7 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 		}
 		r, c, err := peek(r) // already peeked by ProtectMCP: not read twice
 		if err != nil {
-			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+			bodyError(w, err)
 			return
 		}
 		// 2026-07-28 has no initialize: such a request (its version header

@@ -298,7 +298,7 @@ func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup t
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	env, err := startBenchEnv(ctx, dir, log)
+	env, err := startBenchEnv(ctx, dir, log, slices.Max(o.Concurrency))
 	if err != nil {
 		return err
 	}
@@ -465,7 +465,7 @@ type benchEnv struct {
 // benchEchoSubject is the raw round trip's subject.
 const benchEchoSubject = "a2ad.bench.echo"
 
-func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benchEnv, err error) {
+func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int) (env *benchEnv, err error) {
 	env = &benchEnv{dataDir: dir}
 	defer func() {
 		if err != nil {
@@ -476,6 +476,16 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger) (env *benc
 	// The hostile agent of --flood: configured, with the default limits,
 	// for a tenant of its own.
 	cfg.Agents = append(cfg.Agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: benchHostile, Tenants: []string{"acme"}}})
+	// The bench measures what a2ad sustains, not its rate limits: its
+	// hosts, all of tenant default, go well past the defaults.
+	unlimited := mcpedge.Rate{PerSecond: 1e9, Burst: 1e9}
+	cfg.RateLimits = mcpedge.RateLimits{PerPrincipal: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited},
+		PerTenant: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited}}
+	// Each host holds two connections (its POSTs, its session's GET
+	// stream); one level's hosts may not have closed theirs yet.
+	if n := 3*hosts + 64; n > daemon.DefaultHTTPLimits.MaxConnections {
+		cfg.HTTPLimits.MaxConnections = n
+	}
 	env.d, err = daemon.Start(ctx, cfg, log, true)
 	if err != nil {
 		return env, err

@@ -92,6 +92,14 @@ type Config struct {
 	AgentLimits AgentLimits `yaml:"agent_limits"`
 	// Storage configures the JetStream storage a2ad keeps free.
 	Storage StorageConfig `yaml:"storage"`
+	// HTTPLimits bound the HTTP listener: connections, timeouts, header
+	// and body sizes. Zero fields take [DefaultHTTPLimits].
+	HTTPLimits HTTPLimits `yaml:"http_limits"`
+	// RateLimits bound each principal's and each tenant's HTTP requests
+	// (MCP and admin API), reads and writes apart; not applied on stdio,
+	// whose one principal is the operator's own. Zero fields take
+	// [mcpedge.DefaultRateLimits].
+	RateLimits mcpedge.RateLimits `yaml:"rate_limits"`
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
@@ -226,6 +234,12 @@ func (c Config) checkLimits() error {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
+		return err
+	}
+	if err := c.HTTPLimits.Or(DefaultHTTPLimits).Check(); err != nil {
+		return err
+	}
+	if err := c.RateLimits.Or(mcpedge.DefaultRateLimits).Check(); err != nil {
 		return err
 	}
 	for _, a := range c.Agents {

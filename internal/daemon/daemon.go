@@ -391,6 +391,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
 		Stopping: stopping})
 	if serveHTTP {
+		limits, err := fitConnections(cfg.HTTPLimits.MaxConnections, cfg.HTTPLimits.Or(DefaultHTTPLimits), openFileLimit(), log)
+		if err != nil {
+			return nil, err
+		}
+		httpMetrics := d.Metrics.NewHTTP()
 		scheme := "http"
 		if cfg.TLS.CertFile != "" {
 			var leaf *x509.Certificate
@@ -406,6 +411,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		if err != nil {
 			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
 		}
+		ln = limitConnections(ln, limits.MaxConnections, httpMetrics)
 		d.HTTPURL = scheme + "://" + ln.Addr().String()
 		public := d.HTTPURL
 		if cfg.PublicURL != "" {
@@ -430,11 +436,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			}
 			log.Info("host tokens are verified with the development key; mint one with `a2ad token mint`", "key", mcpedge.DevKeyPath(cfg.DataDir), "audience", d.Auth.Audience())
 		}
+		rates := mcpedge.NewRateLimiter(cfg.RateLimits)
+		rates.OnLimited = func(edge, class, scope string) { httpMetrics.RateLimited.WithLabelValues(edge, class, scope).Inc() }
 		mux := http.NewServeMux()
 		origins := allowedOrigins(d.HTTPURL, public, cfg.HTTPAllowedOrigins)
-		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(mcpedge.HTTPHandler(d.MCP, log))))
-		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
-			Revoke: d.Revoke}))
+		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(rates.MCP(mcpedge.HTTPHandler(d.MCP, log)))))
+		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, rates.Admin(admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
+			Revoke: d.Revoke})))
 		if cfg.TLS.ClientCAFile != "" {
 			adminAPI = requireClientCertificate(d.obs.httpRefused, adminAPI)
 		}
@@ -444,7 +452,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
-		d.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		d.http = newHTTPServer(mux, limits)
 		d.http.ErrorLog = stdlog.New(httpErrorLog{d.aggregate}, "", 0)
 		if d.tls != nil {
 			d.http.TLSConfig = d.tls.serverConfig()
