@@ -37,6 +37,9 @@ var ErrConflict = errors.New("task: too many concurrent updates")
 type Store struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's stream, for reads through its leader
+	// markerTTL is how long the purge marker of an expired task stays
+	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
+	markerTTL time.Duration
 
 	mu      sync.Mutex
 	waiters map[string]map[*Follower]struct{}
@@ -113,6 +116,11 @@ type Snapshot struct {
 	// OutboxAt is when the record's outbox may be delivered again; zero
 	// when the outbox is empty.
 	OutboxAt time.Time
+	// Revision is the KV revision of this value (of the deletion when
+	// Deleted); UpdatedAt the record's last write ([Retention] counts an
+	// ended task's age from it).
+	Revision  uint64
+	UpdatedAt time.Time
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -121,16 +129,25 @@ type Snapshot struct {
 // for every change; it must not block for long.
 func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChange func(Snapshot)) (*Store, error) {
 	var kv jetstream.KeyValue
+	// Per-message TTLs (nats-server ≥ 2.11) let the purge markers of
+	// expired tasks go too ([Store.Expire]); an older server keeps them.
+	markerTTL := PurgeMarkerTTL
 	// Instances starting together on a fresh cluster race to create the
 	// bucket; the losers' requests time out while it is created.
 	err := jsretry.Do(ctx, time.Minute, func() (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      Bucket,
-			Description: "a2ad delegated task records",
-			History:     1,
-			Replicas:    max(1, replicas),
-			Storage:     jetstream.FileStorage,
-		})
+		cfg := jetstream.KeyValueConfig{
+			Bucket:         Bucket,
+			Description:    "a2ad delegated task records",
+			History:        1,
+			Replicas:       max(1, replicas),
+			Storage:        jetstream.FileStorage,
+			LimitMarkerTTL: markerTTL,
+		}
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			markerTTL, cfg.LimitMarkerTTL = 0, 0
+			kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		}
 		return err
 	})
 	if err != nil {
@@ -141,7 +158,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{stream: st, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s := &Store{stream: st, markerTTL: markerTTL, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
 	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -175,11 +192,12 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			f.deliver(e)
 		}
 		s.mu.Unlock()
-		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value())}
+		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
 		if !snap.Deleted {
 			var v struct {
 				AgentID        string    `json:"agent_id"`
 				CreatedAt      time.Time `json:"created_at"`
+				UpdatedAt      time.Time `json:"updated_at"`
 				IdempotencyKey string    `json:"idempotency_key"`
 				State          State     `json:"state"`
 				Deadline       time.Time `json:"deadline"`
@@ -193,6 +211,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
 			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
+			snap.UpdatedAt = v.UpdatedAt
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {

@@ -1,0 +1,305 @@
+package task
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/jsretry"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
+)
+
+// DefaultRetention is how long an ended task stays in the bucket after its
+// last write when none is configured: 30 days.
+const DefaultRetention = 30 * 24 * time.Hour
+
+// DefaultRemovalsPerSecond paces one instance's removals of expired tasks
+// when none is configured: above the 650 delegations a second one instance
+// sustains, so that removal keeps up with them.
+const DefaultRemovalsPerSecond = 1000
+
+// PurgeMarkerTTL is how long the purge marker an expired task leaves in the
+// bucket stays (a per-message TTL, nats-server ≥ 2.11): long enough for
+// every instance's watcher to see the removal, short enough that markers do
+// not pile up (at most removals per second × 10 minutes of them).
+const PurgeMarkerTTL = 10 * time.Minute
+
+// ErrChanged means the record was written (or removed) since the revision
+// given: [Store.Expire] removed nothing.
+var ErrChanged = errors.New("task: record changed since it was read")
+
+// Expire removes the ended task id from the bucket, record and history,
+// only if its stored value is still revision rev (a KV purge with an
+// expected last revision: JetStream refuses it otherwise, and ErrChanged is
+// returned). Of several instances expiring the same task at once, exactly
+// one succeeds. The purge marker left behind expires after PurgeMarkerTTL
+// where the server supports per-message TTLs. Errors other than ErrChanged
+// wrap the NATS error; nothing is retried.
+func (s *Store) Expire(ctx context.Context, id string, rev uint64) error {
+	opts := []jetstream.KVDeleteOpt{jetstream.LastRevision(rev)}
+	if s.markerTTL > 0 {
+		opts = append(opts, jetstream.PurgeTTL(s.markerTTL))
+	}
+	err := s.kv.Purge(ctx, id, opts...)
+	if wrongLastRevision(err) {
+		return ErrChanged
+	}
+	if err != nil {
+		return fmt.Errorf("task: expire %s: %w", id, err)
+	}
+	return nil
+}
+
+// wrongLastRevision reports whether err is JetStream refusing a write for
+// an expected last revision that is not the subject's (10071; 10164 on
+// replicated streams).
+func wrongLastRevision(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Retention removes ended tasks (completed, failed, canceled, rejected)
+// from the bucket once Keep has passed since their last write; open tasks,
+// however old, are never removed. Every instance runs one: it keeps an
+// index of the ended tasks its store's watcher reports ([Retention.Track],
+// fed every record at load and each change after), ordered by when they
+// fall due, and removes the due ones one at a time, paced, with
+// [Store.Expire]: the bucket is never scanned, and a task that changed
+// since the watcher reported it is left for its newer value. Each
+// instance waits a random extra delay of up to a tenth of Keep (at most a
+// minute) past it, so that one instance usually removes a task before the
+// others reach it; when instances do meet, compare-and-swap lets exactly
+// one remove it.
+type Retention struct {
+	// Store is the bucket to remove from.
+	Store *Store
+	// Keep is how long an ended task is kept after its last write;
+	// 0 means DefaultRetention, negative keeps ended tasks for ever (Run
+	// returns at once).
+	Keep time.Duration
+	// PerSecond bounds this instance's removals per second (0:
+	// DefaultRemovalsPerSecond).
+	PerSecond float64
+	// OnRemoved, if set, is called after each task this instance removed.
+	OnRemoved func()
+	// Log reports failed removals (rate-limited to one line a minute).
+	Log *slog.Logger
+
+	mu      sync.Mutex
+	byID    map[string]*endedTask
+	due     endedHeap
+	wake    chan struct{}
+	removed atomic.Uint64
+	offset  time.Duration // this instance's extra delay, drawn once
+	once    sync.Once
+}
+
+// endedTask is one indexed ended task: about 120 bytes with its map entry
+// and a 28-byte id (docs/operations.md "Retention").
+type endedTask struct {
+	id  string
+	at  int64 // last write, Unix nanoseconds
+	rev uint64
+	i   int // index in the heap
+}
+
+type endedHeap []*endedTask
+
+func (h endedHeap) Len() int           { return len(h) }
+func (h endedHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h endedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
+func (h *endedHeap) Push(x any)        { e := x.(*endedTask); e.i = len(*h); *h = append(*h, e) }
+func (h *endedHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (r *Retention) init() {
+	r.once.Do(func() {
+		r.byID = map[string]*endedTask{}
+		r.wake = make(chan struct{}, 1)
+		if k := r.keep(); k > 0 {
+			if spread := min(k/10, time.Minute); spread > 0 {
+				r.offset = time.Duration(rand.Int64N(int64(spread)))
+			}
+		}
+	})
+}
+
+func (r *Retention) keep() time.Duration {
+	if r.Keep == 0 {
+		return DefaultRetention
+	}
+	return r.Keep
+}
+
+// Track is the store's change callback ([NewStore]): it indexes ended
+// records and forgets deleted ones and any that is open. It may be called
+// before Run, and from one goroutine at a time (the store's watcher).
+func (r *Retention) Track(sn Snapshot) {
+	r.init()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.byID[sn.ID]
+	if sn.Deleted || !sn.State.Terminal() {
+		if ok {
+			heap.Remove(&r.due, e.i)
+			delete(r.byID, sn.ID)
+		}
+		return
+	}
+	at := sn.UpdatedAt
+	if at.IsZero() {
+		at = sn.CreatedAt
+	}
+	if !ok {
+		e = &endedTask{id: sn.ID}
+		r.byID[sn.ID] = e
+		e.at, e.rev = at.UnixNano(), sn.Revision
+		heap.Push(&r.due, e)
+	} else {
+		e.at, e.rev = at.UnixNano(), sn.Revision
+		heap.Fix(&r.due, e.i)
+	}
+	if e.i == 0 {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Ended is the number of ended tasks indexed: kept in the bucket, as this
+// instance's watcher sees it.
+func (r *Retention) Ended() int {
+	r.init()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byID)
+}
+
+// Due is the number of indexed ended tasks whose retention has passed
+// (Keep, without this instance's extra delay) and that no instance has
+// removed yet, as of now.
+func (r *Retention) Due(now time.Time) int {
+	r.init()
+	if r.keep() < 0 {
+		return 0
+	}
+	cut := now.Add(-r.keep()).UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	// The heap's due part is a subtree at its root: walk only that.
+	stack := []int{0}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(r.due) || r.due[i].at > cut {
+			continue
+		}
+		n++
+		stack = append(stack, 2*i+1, 2*i+2)
+	}
+	return n
+}
+
+// Removed is the number of tasks this instance removed.
+func (r *Retention) Removed() uint64 { return r.removed.Load() }
+
+// next takes the earliest indexed task if it is due at now; otherwise it
+// returns how long until it is (or an hour when none is indexed).
+func (r *Retention) next(now time.Time) (*endedTask, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.due) == 0 {
+		return nil, time.Hour
+	}
+	e := r.due[0]
+	dueAt := time.Unix(0, e.at).Add(r.keep() + r.offset)
+	if wait := dueAt.Sub(now); wait > 0 {
+		return nil, wait
+	}
+	heap.Pop(&r.due)
+	delete(r.byID, e.id)
+	return e, 0
+}
+
+// restore puts back e after a removal that failed, unless the watcher
+// reported the task again meanwhile.
+func (r *Retention) restore(e *endedTask) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byID[e.id]; !ok {
+		r.byID[e.id] = e
+		heap.Push(&r.due, e)
+	}
+}
+
+// Run removes due tasks until ctx ends. It returns at once when Keep is
+// negative.
+func (r *Retention) Run(ctx context.Context) {
+	r.init()
+	if r.keep() < 0 {
+		return
+	}
+	per := r.PerSecond
+	if per <= 0 {
+		per = DefaultRemovalsPerSecond
+	}
+	lim := rate.NewLimiter(rate.Limit(per), max(1, int(per/10)))
+	var lastLog time.Time
+	failures := 0
+	for {
+		e, wait := r.next(time.Now())
+		if e == nil {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-r.wake:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		if err := lim.Wait(ctx); err != nil {
+			return
+		}
+		err := r.Store.Expire(ctx, e.id, e.rev)
+		switch {
+		case err == nil:
+			failures = 0
+			r.removed.Add(1)
+			if r.OnRemoved != nil {
+				r.OnRemoved()
+			}
+		case errors.Is(err, ErrChanged):
+			// Written since (the watcher reports the newer value, which is
+			// indexed anew if still ended) or removed by another instance.
+		default:
+			if ctx.Err() != nil {
+				return
+			}
+			r.restore(e)
+			failures++
+			if r.Log != nil && time.Since(lastLog) >= time.Minute {
+				lastLog = time.Now()
+				r.Log.Warn("could not remove an ended task past its retention; retrying", "task", e.id, "err", err)
+			}
+			jsretry.Pause(ctx, min(failures, 10))
+		}
+	}
+}

@@ -1,0 +1,368 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// retained starts a store on js whose watcher feeds a Retention keeping
+// ended tasks for keep; the sweep runs until the test ends.
+func retained(t *testing.T, js jetstream.JetStream, keep time.Duration) (*Store, *Retention) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ret := &Retention{Keep: keep}
+	s, err := NewStore(ctx, js, 1, ret.Track)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret.Store = s
+	done := make(chan struct{})
+	go func() { defer close(done); ret.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, ret
+}
+
+// put stores a record in state st whose last write was at.
+func put(t *testing.T, s *Store, id string, st State, at time.Time) {
+	t.Helper()
+	r := &Record{ID: id, Tenant: "t", AgentID: "a", State: st, CreatedAt: at, UpdatedAt: at,
+		History: []Transition{{At: at, To: st, Event: "submit", Source: SourceHost}}}
+	if err := s.Create(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(t *testing.T, s *Store) []string {
+	t.Helper()
+	list, err := s.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range list {
+		out = append(out, r.ID+"="+string(r.State))
+	}
+	sort.Strings(out)
+	return out
+}
+
+var openStates = []State{Submitted, Working, InputRequired, AuthRequired}
+var endedStates = []State{Completed, Failed, Canceled, Rejected}
+
+// Ended tasks go once their retention has passed since their last write;
+// open tasks stay however old they are, and an ended task is not removed
+// before its time.
+func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	const keep = 3 * time.Second
+	s, ret := retained(t, js, keep)
+	ctx := context.Background()
+	old := time.Now().Add(-24 * time.Hour).UTC()
+	var want []string
+	for _, st := range openStates {
+		id := "old-open-" + string(st)
+		put(t, s, id, st, old) // open for a day, far longer than keep
+		want = append(want, id+"="+string(st))
+	}
+	for _, st := range endedStates {
+		put(t, s, "old-ended-"+string(st), st, old)
+	}
+	sort.Strings(want)
+	fresh := time.Now().UTC()
+	for _, st := range endedStates {
+		put(t, s, "fresh-ended-"+string(st), st, fresh)
+	}
+	waitUntil(t, "the day-old ended tasks to go", func() bool { return ret.Removed() >= 4 })
+	for _, st := range endedStates {
+		if _, _, err := s.Get(ctx, "old-ended-"+string(st)); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(old-ended-%s) after its retention = %v; want ErrNotFound", st, err)
+		}
+	}
+	got := ids(t, s)
+	if time.Since(fresh) < keep { // measured after the read
+		// Still within their retention: all four fresh ended tasks stay.
+		if n := len(got) - len(want); n != 4 {
+			t.Errorf("%d fresh ended tasks in the bucket %v before their retention passed; want 4", n, got)
+		}
+	}
+	waitUntil(t, "the fresh ended tasks to go", func() bool { return ret.Removed() == 8 && ret.Ended() == 0 })
+	if got := ids(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bucket after the sweep = %v; want only the open tasks %v", got, want)
+	}
+	if ret.Due(time.Now()) != 0 {
+		t.Fatalf("Due = %d after every ended task went; want 0", ret.Due(time.Now()))
+	}
+	// Much later, the open tasks are still there.
+	time.Sleep(keep + time.Second)
+	if got := ids(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bucket %v after another retention period; want the open tasks %v", got, want)
+	}
+	if ret.Removed() != 8 {
+		t.Fatalf("Removed = %d; want 8", ret.Removed())
+	}
+}
+
+// Two instances sweeping the same bucket at once remove each ended task
+// exactly once between them, and never an open one.
+func TestRetentionTwoInstancesRemoveEachTaskOnce(t *testing.T) {
+	srv, _, js := natstest.Start(t)
+	js2, err := jetstream.New(natstest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, retA := retained(t, js, time.Second)
+	_, retB := retained(t, js2, time.Second)
+	old := time.Now().Add(-time.Hour).UTC()
+	const ended, open = 300, 40
+	for i := range ended {
+		put(t, a, fmt.Sprintf("e%03d", i), endedStates[i%4], old)
+	}
+	var want []string
+	for i := range open {
+		id := fmt.Sprintf("o%03d", i)
+		put(t, a, id, openStates[i%4], old)
+		want = append(want, id+"="+string(openStates[i%4]))
+	}
+	sort.Strings(want)
+	waitUntil(t, "both instances to see every ended task go", func() bool {
+		return retA.Ended() == 0 && retB.Ended() == 0 && retA.Removed()+retB.Removed() >= ended
+	})
+	time.Sleep(200 * time.Millisecond) // a double removal would show now
+	if n := retA.Removed() + retB.Removed(); n != ended {
+		t.Fatalf("the instances removed %d + %d = %d tasks; want each of the %d ended ones once", retA.Removed(), retB.Removed(), n, ended)
+	}
+	if got := ids(t, a); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bucket after both sweeps = %v; want the %d open tasks", got, open)
+	}
+	t.Logf("instance A removed %d, instance B %d", retA.Removed(), retB.Removed())
+}
+
+// A removal names the revision the watcher reported: a record written
+// since is not removed, and of two removals of one revision only the first
+// succeeds.
+func TestExpireRefusesAChangedRecord(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	s, stop := storeOn(t, js)
+	defer stop()
+	ctx := context.Background()
+	put(t, s, "x", Completed, time.Now().UTC())
+	_, rev, err := s.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A refused transition is still a write of the ended task.
+	if _, err := s.Update(ctx, "x", func(r *Record) error { return r.Move(time.Now(), EventStart, SourceAgent, "", "") }); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("start from completed: %v", err)
+	}
+	if err := s.Expire(ctx, "x", rev); !errors.Is(err, ErrChanged) {
+		t.Fatalf("Expire at the revision before the write = %v; want ErrChanged", err)
+	}
+	r, now, err := s.Get(ctx, "x")
+	if err != nil || r.State != Completed || len(r.History) != 2 {
+		t.Fatalf("after the refused removal Get = %+v, %v; want the completed record with 2 history entries", r, err)
+	}
+	if err := s.Expire(ctx, "x", now); err != nil {
+		t.Fatalf("Expire at the current revision: %v", err)
+	}
+	if err := s.Expire(ctx, "x", now); !errors.Is(err, ErrChanged) {
+		t.Fatalf("second Expire of the same revision = %v; want ErrChanged", err)
+	}
+	if _, _, err := s.Get(ctx, "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Expire = %v; want ErrNotFound", err)
+	}
+	// The id is free again: a new record under it is a new task, not the
+	// old one back.
+	fresh := time.Now().UTC()
+	put(t, s, "x", Submitted, fresh)
+	r, _, err = s.Get(ctx, "x")
+	if err != nil || r.State != Submitted || len(r.History) != 1 || !r.CreatedAt.Equal(fresh) {
+		t.Fatalf("record created under the removed id = %+v, %v; want a new submitted task", r, err)
+	}
+}
+
+// The index is built from what the watcher loads at start: ended tasks
+// stored before this instance started (a restart) are removed too.
+func TestRetentionIndexesTasksStoredBeforeItStarted(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	w, stop := storeOn(t, js)
+	old := time.Now().Add(-time.Hour).UTC()
+	for i := range 20 {
+		put(t, w, fmt.Sprintf("e%02d", i), Completed, old)
+	}
+	put(t, w, "open", Working, old)
+	stop()
+	s, ret := retained(t, js, time.Minute)
+	waitUntil(t, "the stored ended tasks to go", func() bool { return ret.Removed() == 20 })
+	if got := ids(t, s); fmt.Sprint(got) != "[open=working]" {
+		t.Fatalf("bucket = %v; want only the open task", got)
+	}
+}
+
+// What a removed task leaves behind goes too: the purge marker expires
+// (per-message TTL), and the bucket's stream ends up holding nothing of it.
+func TestExpiredTaskLeavesNothingInTheStream(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	s, stop := storeOn(t, js)
+	defer stop()
+	if s.markerTTL != PurgeMarkerTTL {
+		t.Fatalf("marker TTL = %v; want %v (the embedded server supports per-message TTLs)", s.markerTTL, PurgeMarkerTTL)
+	}
+	s.markerTTL = time.Second // the marker's lifetime, shortened to wait for it here
+	ctx := context.Background()
+	put(t, s, "gone", Completed, time.Now().UTC())
+	_, rev, err := s.Get(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Expire(ctx, "gone", rev); err != nil {
+		t.Fatal(err)
+	}
+	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 1 {
+		t.Fatalf("stream holds %d messages after the purge; want 1 (its marker)", n)
+	}
+	waitUntil(t, "the purge marker to expire", func() bool { return natstest.Messages(t, js, "KV_"+Bucket) == 0 })
+	time.Sleep(2 * time.Second) // no marker of the marker follows
+	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 0 {
+		t.Fatalf("stream holds %d messages after the marker expired; want 0", n)
+	}
+}
+
+// A bucket made by an earlier version (no per-message TTLs) is upgraded in
+// place at start, its records kept.
+func TestStoreUpgradesABucketWithoutMarkerTTL(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "before", []byte(`{"task_id":"before","state":"completed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	s, stop := storeOn(t, js)
+	defer stop()
+	st, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := st.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.LimitMarkerTTL() != PurgeMarkerTTL {
+		t.Fatalf("bucket's limit marker TTL = %v after start; want %v", status.LimitMarkerTTL(), PurgeMarkerTTL)
+	}
+	r, rev, err := s.Get(ctx, "before")
+	if err != nil || r.State != Completed {
+		t.Fatalf("record stored before the upgrade: %+v, %v", r, err)
+	}
+	if err := s.Expire(ctx, "before", rev); err != nil {
+		t.Fatalf("Expire on the upgraded bucket: %v", err)
+	}
+}
+
+// Due counts only the indexed tasks past their retention, Ended all of
+// them; a task that is open again (a new task under a removed id) or
+// deleted leaves the index.
+func TestRetentionIndex(t *testing.T) {
+	ret := &Retention{Keep: time.Hour}
+	now := time.Now()
+	for i := range 100 {
+		ret.Track(Snapshot{ID: fmt.Sprint("t", i), State: Completed, Revision: uint64(i + 1),
+			UpdatedAt: now.Add(-time.Duration(i) * time.Minute)}) // t60…t99 are an hour old or more
+	}
+	ret.Track(Snapshot{ID: "open", State: Working, UpdatedAt: now.Add(-48 * time.Hour)})
+	if ret.Ended() != 100 || ret.Due(now) != 40 {
+		t.Fatalf("Ended, Due = %d, %d; want 100, 40", ret.Ended(), ret.Due(now))
+	}
+	ret.Track(Snapshot{ID: "t99", State: Submitted, UpdatedAt: now}) // created anew
+	ret.Track(Snapshot{ID: "t98", Deleted: true})
+	ret.Track(Snapshot{ID: "t97", State: Failed, Revision: 500, UpdatedAt: now}) // written again just now
+	if ret.Ended() != 98 || ret.Due(now) != 37 {
+		t.Fatalf("Ended, Due = %d, %d; want 98, 37", ret.Ended(), ret.Due(now))
+	}
+	ret.offset = 0
+	e, _ := ret.next(now)
+	if e == nil || e.id != "t96" || e.rev != 97 {
+		t.Fatalf("next = %+v; want the oldest, t96 at revision 97", e)
+	}
+	forever := &Retention{Keep: -1}
+	forever.Track(Snapshot{ID: "t", State: Completed, UpdatedAt: now.Add(-1000 * time.Hour)})
+	if forever.Due(now) != 0 {
+		t.Fatal("a negative Keep has due tasks")
+	}
+}
+
+// BenchmarkRetentionIndex measures the memory one indexed ended task takes
+// (bytes/task) with a2ad's 28-byte task ids.
+func BenchmarkRetentionIndex(b *testing.B) {
+	const n = 200_000
+	snaps := make([]Snapshot, n)
+	now := time.Now()
+	for i := range snaps {
+		snaps[i] = Snapshot{ID: fmt.Sprintf("tsk-%024x", i), State: Completed, Revision: uint64(i), UpdatedAt: now.Add(time.Duration(i))}
+	}
+	var perTask float64
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ret := &Retention{}
+		for _, sn := range snaps {
+			ret.Track(sn)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perTask = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(ret)
+	}
+	// The ids themselves are the snapshots' (shared), so count them in.
+	b.ReportMetric(perTask+28, "bytes/task")
+}
+
+// BenchmarkRetentionSweep measures how fast one instance removes due tasks
+// from an embedded JetStream (removals/s), unpaced.
+func BenchmarkRetentionSweep(b *testing.B) {
+	_, _, js := natstest.Start(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ret := &Retention{Keep: time.Nanosecond, PerSecond: 1e9}
+	s, err := NewStore(ctx, js, 1, ret.Track)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ret.Store = s
+	old := time.Now().Add(-time.Hour).UTC()
+	const batch = 2000
+	var wg sync.WaitGroup
+	for i := range batch {
+		wg.Go(func() {
+			r := &Record{ID: fmt.Sprintf("tsk-%024x", i), Tenant: "t", AgentID: "a", State: Completed, CreatedAt: old, UpdatedAt: old}
+			if err := s.Create(ctx, r); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	<-s.Loaded()
+	for ret.Ended() < batch {
+		time.Sleep(time.Millisecond)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	go ret.Run(ctx)
+	for ret.Removed() < batch {
+		time.Sleep(time.Millisecond)
+	}
+	b.ReportMetric(batch/time.Since(start).Seconds(), "removals/s")
+}
