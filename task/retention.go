@@ -67,8 +67,8 @@ func wrongLastRevision(err error) bool {
 }
 
 // Retention removes ended tasks (completed, failed, canceled, rejected)
-// from the bucket once Keep has passed since their last write; open tasks,
-// however old, are never removed. Every instance runs one: it keeps an
+// from the bucket once Keep has passed since their last write and their
+// outbox is empty; open tasks, however old, are never removed. Every instance runs one: it keeps an
 // index of the ended tasks its store's watcher reports ([Retention.Track],
 // fed every record at load and each change after), ordered by when they
 // fall due, and removes the due ones one at a time, paced, with
@@ -145,14 +145,17 @@ func (r *Retention) keep() time.Duration {
 }
 
 // Track is the store's change callback ([NewStore]): it indexes ended
-// records and forgets deleted ones and any that is open. It may be called
+// records with an empty outbox and forgets deleted ones, any that is open
+// and any whose outbox waits for delivery. It may be called
 // before Run, and from one goroutine at a time (the store's watcher).
 func (r *Retention) Track(sn Snapshot) {
 	r.init()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.byID[sn.ID]
-	if sn.Deleted || !sn.State.Terminal() {
+	// An ended task whose outbox is not empty (a CancelTask the agent has
+	// yet to receive; bounded by broker.MaxCancelAttempts) waits for it.
+	if sn.Deleted || !sn.State.Terminal() || !sn.OutboxAt.IsZero() {
 		if ok {
 			heap.Remove(&r.due, e.i)
 			delete(r.byID, sn.ID)

@@ -282,6 +282,8 @@ func TestRetentionIndex(t *testing.T) {
 			UpdatedAt: now.Add(-time.Duration(i) * time.Minute)}) // t60…t99 are an hour old or more
 	}
 	ret.Track(Snapshot{ID: "open", State: Working, UpdatedAt: now.Add(-48 * time.Hour)})
+	// Canceled, with its CancelTask to the agent still in the outbox.
+	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, UpdatedAt: now.Add(-48 * time.Hour), OutboxAt: now})
 	if ret.Ended() != 100 || ret.Due(now) != 40 {
 		t.Fatalf("Ended, Due = %d, %d; want 100, 40", ret.Ended(), ret.Due(now))
 	}
@@ -295,6 +297,11 @@ func TestRetentionIndex(t *testing.T) {
 	e, _ := ret.next(now)
 	if e == nil || e.id != "t96" || e.rev != 97 {
 		t.Fatalf("next = %+v; want the oldest, t96 at revision 97", e)
+	}
+	// The agent got the cancel: the outbox is empty, the task waits no more.
+	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, UpdatedAt: now.Add(-48 * time.Hour)})
+	if ret.Ended() != 98 || ret.Due(now) != 37 {
+		t.Fatalf("Ended, Due = %d, %d after the outbox emptied; want 98, 37", ret.Ended(), ret.Due(now))
 	}
 	forever := &Retention{Keep: -1}
 	forever.Track(Snapshot{ID: "t", State: Completed, UpdatedAt: now.Add(-1000 * time.Hour)})
