@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/jsretry"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/time/rate"
 )
@@ -35,19 +37,43 @@ const PurgeMarkerTTL = 10 * time.Minute
 // given: [Store.Expire] removed nothing.
 var ErrChanged = errors.New("task: record changed since it was read")
 
+// ErrRemoved means the task id is that of a task with an idempotency key
+// that ended and was removed after its retention: its id is never used
+// again, since the agent may remember its message ids and still send its
+// events.
+var ErrRemoved = errors.New("task: removed after its retention; its id is not reused")
+
+// RemovedHeader marks the purge marker [Store.Expire] leaves as the
+// tombstone of an idempotent task: its value is the removal time (RFC 3339).
+const RemovedHeader = "A2ad-Removed"
+
 // Expire removes the ended task id from the bucket, record and history,
-// only if its stored value is still revision rev (a KV purge with an
-// expected last revision: JetStream refuses it otherwise, and ErrChanged is
-// returned). Of several instances expiring the same task at once, exactly
-// one succeeds. The purge marker left behind expires after PurgeMarkerTTL
-// where the server supports per-message TTLs. Errors other than ErrChanged
-// wrap the NATS error; nothing is retried.
-func (s *Store) Expire(ctx context.Context, id string, rev uint64) error {
-	opts := []jetstream.KVDeleteOpt{jetstream.LastRevision(rev)}
-	if s.markerTTL > 0 {
-		opts = append(opts, jetstream.PurgeTTL(s.markerTTL))
+// only if its stored value is still revision rev: a KV purge (a rollup of
+// the key's subject) with an expected last revision, which JetStream
+// refuses otherwise, and ErrChanged is returned. Of several instances
+// expiring the same task at once, exactly one succeeds. The purge marker
+// left behind expires after PurgeMarkerTTL where the server supports
+// per-message TTLs, except for a task with an idempotency key (tombstone
+// true): its marker stays as the key's tombstone, so that [Store.Create]
+// refuses the id with ErrRemoved rather than reuse it. Errors other than
+// ErrChanged wrap the NATS error; nothing is retried.
+func (s *Store) Expire(ctx context.Context, id string, rev uint64, tombstone bool) error {
+	if !validKey(id) {
+		return ErrNotFound
 	}
-	err := s.kv.Purge(ctx, id, opts...)
+	m := nats.NewMsg("$KV." + Bucket + "." + id)
+	m.Header.Set("KV-Operation", "PURGE")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	var opts []jetstream.PublishOpt
+	switch {
+	case tombstone:
+		m.Header.Set(RemovedHeader, time.Now().UTC().Format(time.RFC3339))
+	case s.markerTTL > 0:
+		opts = append(opts, jetstream.WithMsgTTL(s.markerTTL))
+	}
+	s.cache.drop(id)
+	_, err := s.js.PublishMsg(ctx, m, opts...)
 	if wrongLastRevision(err) {
 		return ErrChanged
 	}
@@ -105,18 +131,19 @@ type Retention struct {
 // endedTask is one indexed ended task: about 120 bytes with its map entry
 // and a 28-byte id (docs/operations.md "Retention").
 type endedTask struct {
-	id  string
-	at  int64 // last write, Unix nanoseconds
-	rev uint64
-	i   int // index in the heap
+	id   string
+	at   int64 // last write, Unix nanoseconds
+	rev  uint64
+	i    int32 // index in the heap
+	idem bool  // the task has an idempotency key
 }
 
 type endedHeap []*endedTask
 
 func (h endedHeap) Len() int           { return len(h) }
 func (h endedHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h endedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = i; h[j].i = j }
-func (h *endedHeap) Push(x any)        { e := x.(*endedTask); e.i = len(*h); *h = append(*h, e) }
+func (h endedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].i = int32(i); h[j].i = int32(j) }
+func (h *endedHeap) Push(x any)        { e := x.(*endedTask); e.i = int32(len(*h)); *h = append(*h, e) }
 func (h *endedHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
@@ -157,7 +184,7 @@ func (r *Retention) Track(sn Snapshot) {
 	// yet to receive; bounded by broker.MaxCancelAttempts) waits for it.
 	if sn.Deleted || !sn.State.Terminal() || !sn.OutboxAt.IsZero() {
 		if ok {
-			heap.Remove(&r.due, e.i)
+			heap.Remove(&r.due, int(e.i))
 			delete(r.byID, sn.ID)
 		}
 		return
@@ -169,11 +196,11 @@ func (r *Retention) Track(sn Snapshot) {
 	if !ok {
 		e = &endedTask{id: sn.ID}
 		r.byID[sn.ID] = e
-		e.at, e.rev = at.UnixNano(), sn.Revision
+		e.at, e.rev, e.idem = at.UnixNano(), sn.Revision, sn.Idempotent
 		heap.Push(&r.due, e)
 	} else {
-		e.at, e.rev = at.UnixNano(), sn.Revision
-		heap.Fix(&r.due, e.i)
+		e.at, e.rev, e.idem = at.UnixNano(), sn.Revision, sn.Idempotent
+		heap.Fix(&r.due, int(e.i))
 	}
 	if e.i == 0 {
 		select {
@@ -281,7 +308,7 @@ func (r *Retention) Run(ctx context.Context) {
 		if err := lim.Wait(ctx); err != nil {
 			return
 		}
-		err := r.Store.Expire(ctx, e.id, e.rev)
+		err := r.Store.Expire(ctx, e.id, e.rev, e.idem)
 		switch {
 		case err == nil:
 			failures = 0

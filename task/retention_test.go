@@ -164,17 +164,17 @@ func TestExpireRefusesAChangedRecord(t *testing.T) {
 	if _, err := s.Update(ctx, "x", func(r *Record) error { return r.Move(time.Now(), EventStart, SourceAgent, "", "") }); !errors.Is(err, ErrIllegalTransition) {
 		t.Fatalf("start from completed: %v", err)
 	}
-	if err := s.Expire(ctx, "x", rev); !errors.Is(err, ErrChanged) {
+	if err := s.Expire(ctx, "x", rev, false); !errors.Is(err, ErrChanged) {
 		t.Fatalf("Expire at the revision before the write = %v; want ErrChanged", err)
 	}
 	r, now, err := s.Get(ctx, "x")
 	if err != nil || r.State != Completed || len(r.History) != 2 {
 		t.Fatalf("after the refused removal Get = %+v, %v; want the completed record with 2 history entries", r, err)
 	}
-	if err := s.Expire(ctx, "x", now); err != nil {
+	if err := s.Expire(ctx, "x", now, false); err != nil {
 		t.Fatalf("Expire at the current revision: %v", err)
 	}
-	if err := s.Expire(ctx, "x", now); !errors.Is(err, ErrChanged) {
+	if err := s.Expire(ctx, "x", now, false); !errors.Is(err, ErrChanged) {
 		t.Fatalf("second Expire of the same revision = %v; want ErrChanged", err)
 	}
 	if _, _, err := s.Get(ctx, "x"); !errors.Is(err, ErrNotFound) {
@@ -210,7 +210,10 @@ func TestRetentionIndexesTasksStoredBeforeItStarted(t *testing.T) {
 
 // What a removed task leaves behind goes too: the purge marker expires
 // (per-message TTL), and the bucket's stream ends up holding nothing of it.
-func TestExpiredTaskLeavesNothingInTheStream(t *testing.T) {
+// A task with an idempotency key leaves its marker as a tombstone: its id
+// is refused for a new task (ErrRemoved), while the id of a task deleted
+// otherwise (never delegated) can be created again.
+func TestExpiredTaskLeavesOnlyAnIdempotentTombstone(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	s, stop := storeOn(t, js)
 	defer stop()
@@ -219,22 +222,41 @@ func TestExpiredTaskLeavesNothingInTheStream(t *testing.T) {
 	}
 	s.markerTTL = time.Second // the marker's lifetime, shortened to wait for it here
 	ctx := context.Background()
-	put(t, s, "gone", Completed, time.Now().UTC())
-	_, rev, err := s.Get(ctx, "gone")
-	if err != nil {
+	now := time.Now().UTC()
+	put(t, s, "plain", Completed, now)
+	idem := &Record{ID: "idem", Tenant: "t", AgentID: "a", State: Completed, IdempotencyKey: "k", CreatedAt: now, UpdatedAt: now}
+	if err := s.Create(ctx, idem); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Expire(ctx, "gone", rev); err != nil {
-		t.Fatal(err)
+	for id, tombstone := range map[string]bool{"plain": false, "idem": true} {
+		_, rev, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Expire(ctx, id, rev, tombstone); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 2 {
+		t.Fatalf("stream holds %d messages after the purges; want 2 (their markers)", n)
+	}
+	waitUntil(t, "the purge marker to expire", func() bool { return natstest.Messages(t, js, "KV_"+Bucket) == 1 })
+	time.Sleep(2 * time.Second) // no marker of the marker follows, and the tombstone stays
 	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 1 {
-		t.Fatalf("stream holds %d messages after the purge; want 1 (its marker)", n)
+		t.Fatalf("stream holds %d messages after the marker expired; want 1 (the tombstone)", n)
 	}
-	waitUntil(t, "the purge marker to expire", func() bool { return natstest.Messages(t, js, "KV_"+Bucket) == 0 })
-	time.Sleep(2 * time.Second) // no marker of the marker follows
-	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 0 {
-		t.Fatalf("stream holds %d messages after the marker expired; want 0", n)
+	again := &Record{ID: "idem", Tenant: "t", AgentID: "a", State: Submitted, IdempotencyKey: "k", CreatedAt: time.Now().UTC()}
+	if err := s.Create(ctx, again); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("Create over the tombstone = %v; want ErrRemoved", err)
 	}
+	if _, _, err := s.Get(ctx, "idem"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of the removed idempotent task = %v; want ErrNotFound", err)
+	}
+	put(t, s, "never-delegated", Submitted, now)
+	if err := s.Delete(ctx, "never-delegated"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "never-delegated", Submitted, now) // Put fails the test on an error
 }
 
 // A bucket made by an earlier version (no per-message TTLs) is upgraded in
@@ -266,7 +288,7 @@ func TestStoreUpgradesABucketWithoutMarkerTTL(t *testing.T) {
 	if err != nil || r.State != Completed {
 		t.Fatalf("record stored before the upgrade: %+v, %v", r, err)
 	}
-	if err := s.Expire(ctx, "before", rev); err != nil {
+	if err := s.Expire(ctx, "before", rev, false); err != nil {
 		t.Fatalf("Expire on the upgraded bucket: %v", err)
 	}
 }

@@ -37,6 +37,7 @@ var ErrConflict = errors.New("task: too many concurrent updates")
 type Store struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's stream, for reads through its leader
+	js     jetstream.JetStream
 	// markerTTL is how long the purge marker of an expired task stays
 	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
 	markerTTL time.Duration
@@ -158,7 +159,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{stream: st, markerTTL: markerTTL, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s := &Store{stream: st, js: js, markerTTL: markerTTL, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
 	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -378,7 +379,8 @@ func (s *Store) Watch(ctx context.Context) (<-chan *Record, error) {
 	return out, nil
 }
 
-// Create stores a new record; ErrExists if the ID is taken, ErrRecordFull
+// Create stores a new record; ErrExists if the ID is taken, ErrRemoved if
+// it was an idempotent task's that retention removed, ErrRecordFull
 // if it encodes to more than MaxRecordBytes, an error wrapping
 // ErrUnavailable if the store has no room for it.
 func (s *Store) Create(ctx context.Context, r *Record) error {
@@ -391,12 +393,15 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	}
 	ambiguous := false
 	err = s.retry(ctx, func() error {
-		_, err := s.kv.Create(ctx, r.ID, b)
+		err := s.createKey(ctx, r.ID, b)
 		if err != nil && transient(err) {
 			ambiguous = true
 		}
 		return err
 	})
+	if errors.Is(err, ErrRemoved) {
+		return ErrRemoved
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		if ambiguous && s.sameOrigin(ctx, r) {
 			// An attempt whose answer was lost did store it (and it may
@@ -411,6 +416,35 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	}
 	s.created(r)
 	return nil
+}
+
+// createKey stores b under id if the key holds nothing: no value, or the
+// marker a deletion left ([Store.Delete]); never over a value
+// (jetstream.ErrKeyExists) or the tombstone of a task removed after its
+// retention (ErrRemoved). It is jetstream.KeyValue.Create but for the
+// tombstone.
+func (s *Store) createKey(ctx context.Context, id string, b []byte) error {
+	for range 3 {
+		_, err := s.kv.Update(ctx, id, b, 0)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+		m, gerr := s.stream.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+id)
+		switch {
+		case errors.Is(gerr, jetstream.ErrMsgNotFound):
+			continue // a marker that expired meanwhile: the key is empty
+		case gerr != nil:
+			return gerr
+		case m.Header.Get(RemovedHeader) != "":
+			return ErrRemoved
+		}
+		if op := m.Header.Get("KV-Operation"); op != "DEL" && op != "PURGE" {
+			return err
+		}
+		_, err = s.kv.Update(ctx, id, b, m.Sequence)
+		return err
+	}
+	return jetstream.ErrKeyExists
 }
 
 // created reports r's first write to OnWrite.

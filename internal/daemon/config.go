@@ -81,6 +81,25 @@ type Config struct {
 	AgentLimits AgentLimits `yaml:"agent_limits"`
 	// Storage configures the JetStream storage a2ad keeps free.
 	Storage StorageConfig `yaml:"storage"`
+	// Retention configures how long ended tasks stay in the task bucket
+	// (the audit trail's own age is Audit.MaxAge).
+	Retention RetentionConfig `yaml:"retention"`
+}
+
+// RetentionConfig is how long a2ad keeps ended tasks (docs/operations.md
+// "Retention").
+type RetentionConfig struct {
+	// EndedTasks is how long a task that ended (completed, failed,
+	// canceled or rejected) is kept after its last write, as a Go duration
+	// ("720h", "90s"); then whichever instance gets there first removes
+	// it, record and history, from the task bucket, and task_get answers
+	// task_not_found. Its idempotency key is free again from then on.
+	// Open tasks are never removed, however old. Default 720h (30 days);
+	// a negative value ("-1s") keeps ended tasks for ever.
+	EndedTasks audit.Duration `yaml:"ended_tasks"`
+	// RemovalsPerSecond paces each instance's removals of tasks past
+	// their retention. Negative is a configuration error. Default 1000.
+	RemovalsPerSecond float64 `yaml:"removals_per_second"`
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
@@ -205,14 +224,20 @@ func (l AgentLimits) Check(prefix string) error {
 	return nil
 }
 
-// checkLimits refuses agent limits and a storage reserve a2ad cannot run
-// with.
+// checkLimits refuses agent limits, a storage reserve and retention
+// settings a2ad cannot run with.
 func (c Config) checkLimits() error {
 	if c.Storage.ReserveBytes < 0 {
 		return fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes)
 	}
 	if c.Storage.CapacityBytes < 0 {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
+	}
+	if c.Retention.RemovalsPerSecond < 0 {
+		return fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond)
+	}
+	if c.Audit.MaxAge < 0 {
+		return fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge)
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
 		return err
