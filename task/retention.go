@@ -38,9 +38,9 @@ const PurgeMarkerTTL = 10 * time.Minute
 var ErrChanged = errors.New("task: record changed since it was read")
 
 // ErrRemoved means the task id is that of a task with an idempotency key
-// that ended and was removed after its retention: its id is never used
-// again, since the agent may remember its message ids and still send its
-// events.
+// that ended and was removed after its retention, less than another
+// retention period ago: its id is not used again while the agent may still
+// remember its message ids or send its events.
 var ErrRemoved = errors.New("task: removed after its retention; its id is not reused")
 
 // RemovedHeader marks the purge marker [Store.Expire] leaves as the
@@ -51,13 +51,16 @@ const RemovedHeader = "A2ad-Removed"
 // only if its stored value is still revision rev: a KV purge (a rollup of
 // the key's subject) with an expected last revision, which JetStream
 // refuses otherwise, and ErrChanged is returned. Of several instances
-// expiring the same task at once, exactly one succeeds. The purge marker
-// left behind expires after PurgeMarkerTTL where the server supports
-// per-message TTLs, except for a task with an idempotency key (tombstone
-// true): its marker stays as the key's tombstone, so that [Store.Create]
-// refuses the id with ErrRemoved rather than reuse it. Errors other than
-// ErrChanged wrap the NATS error; nothing is retried.
-func (s *Store) Expire(ctx context.Context, id string, rev uint64, tombstone bool) error {
+// expiring the same task at once, exactly one succeeds.
+//
+// The purge marker left behind expires after PurgeMarkerTTL where the
+// server supports per-message TTLs (nats-server ≥ 2.11; an older one keeps
+// it). With tombstone > 0 (a task with an idempotency key) the marker is
+// the key's tombstone instead, kept for tombstone (at least a second):
+// until then [Store.Create] refuses the id with ErrRemoved rather than
+// reuse it. Errors other than ErrChanged wrap the NATS error; nothing is
+// retried.
+func (s *Store) Expire(ctx context.Context, id string, rev uint64, tombstone time.Duration) error {
 	if !validKey(id) {
 		return ErrNotFound
 	}
@@ -66,11 +69,13 @@ func (s *Store) Expire(ctx context.Context, id string, rev uint64, tombstone boo
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	var opts []jetstream.PublishOpt
-	switch {
-	case tombstone:
+	ttl := s.markerTTL
+	if tombstone > 0 {
 		m.Header.Set(RemovedHeader, time.Now().UTC().Format(time.RFC3339))
-	case s.markerTTL > 0:
-		opts = append(opts, jetstream.WithMsgTTL(s.markerTTL))
+		ttl = max(tombstone, time.Second)
+	}
+	if s.markerTTL > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
 	}
 	s.cache.drop(id)
 	_, err := s.js.PublishMsg(ctx, m, opts...)
@@ -308,7 +313,11 @@ func (r *Retention) Run(ctx context.Context) {
 		if err := lim.Wait(ctx); err != nil {
 			return
 		}
-		err := r.Store.Expire(ctx, e.id, e.rev, e.idem)
+		var tombstone time.Duration
+		if e.idem {
+			tombstone = max(r.keep(), PurgeMarkerTTL)
+		}
+		err := r.Store.Expire(ctx, e.id, e.rev, tombstone)
 		switch {
 		case err == nil:
 			failures = 0
