@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/natscluster"
 	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -409,4 +411,68 @@ func BenchmarkRetentionSweep(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	b.ReportMetric(batch/time.Since(start).Seconds(), "removals/s")
+}
+
+// On a three-node cluster (an R3 bucket, whose compare-and-swap conflicts
+// JetStream reports with another code), two instances connected to
+// different nodes remove each ended task once between them and never an
+// open one, tombstones included.
+func TestRetentionOnAThreeNodeCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	c := natscluster.Start(t, 3)
+	ctx := context.Background()
+	var stores []*Store
+	var rets []*Retention
+	for i := range 2 {
+		nc, err := nats.Connect(c.URL(i), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(ctx)
+		ret := &Retention{Keep: time.Second}
+		s, err := NewStore(rctx, js, 3, ret.Track)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ret.Store = s
+		done := make(chan struct{})
+		go func() { defer close(done); ret.Run(rctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		stores, rets = append(stores, s), append(rets, ret)
+	}
+	old := time.Now().Add(-time.Hour).UTC()
+	const ended = 200
+	for i := range ended {
+		r := &Record{ID: fmt.Sprintf("e%03d", i), Tenant: "t", AgentID: "a", State: endedStates[i%4], CreatedAt: old, UpdatedAt: old}
+		if i%2 == 0 {
+			r.IdempotencyKey = r.ID
+		}
+		if err := stores[i%2].Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, stores[1], "open", InputRequired, old)
+	waitUntil(t, "both instances to see every ended task go", func() bool {
+		return rets[0].Ended() == 0 && rets[1].Ended() == 0 && rets[0].Removed()+rets[1].Removed() >= ended
+	})
+	time.Sleep(200 * time.Millisecond) // a double removal would show now
+	if n := rets[0].Removed() + rets[1].Removed(); n != ended {
+		t.Fatalf("the instances removed %d + %d = %d tasks; want each of the %d ended ones once", rets[0].Removed(), rets[1].Removed(), n, ended)
+	}
+	for _, s := range stores {
+		if got := ids(t, s); fmt.Sprint(got) != "[open=input-required]" {
+			t.Fatalf("bucket = %v; want only the open task", got)
+		}
+	}
+	if err := stores[0].Create(ctx, &Record{ID: "e000", State: Submitted, IdempotencyKey: "e000"}); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("Create over a tombstone on R3 = %v; want ErrRemoved", err)
+	}
+	t.Logf("instance A removed %d, instance B %d", rets[0].Removed(), rets[1].Removed())
 }
