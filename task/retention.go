@@ -18,8 +18,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// DefaultRetention is how long an ended task stays in the bucket after its
-// last write when none is configured: 30 days.
+// DefaultRetention is how long an ended task stays in the bucket after it
+// ended when none is configured: 30 days.
 const DefaultRetention = 30 * 24 * time.Hour
 
 // DefaultRemovalsPerSecond paces one instance's removals of expired tasks
@@ -98,8 +98,8 @@ func wrongLastRevision(err error) bool {
 }
 
 // Retention removes ended tasks (completed, failed, canceled, rejected)
-// from the bucket once Keep has passed since their last write and their
-// outbox is empty; open tasks, however old, are never removed. Every instance runs one: it keeps an
+// from the bucket once Keep has passed since they ended and their outbox is
+// empty; open tasks, however old, are never removed. Every instance runs one: it keeps an
 // index of the ended tasks its store's watcher reports ([Retention.Track],
 // fed every record at load and each change after), ordered by when they
 // fall due, and removes the due ones one at a time, paced, with
@@ -112,7 +112,7 @@ func wrongLastRevision(err error) bool {
 type Retention struct {
 	// Store is the bucket to remove from.
 	Store *Store
-	// Keep is how long an ended task is kept after its last write;
+	// Keep is how long an ended task is kept after it ended;
 	// 0 means DefaultRetention, negative keeps ended tasks for ever (Run
 	// returns at once).
 	Keep time.Duration
@@ -137,7 +137,7 @@ type Retention struct {
 // and a 28-byte id (docs/operations.md "Retention").
 type endedTask struct {
 	id   string
-	at   int64 // last write, Unix nanoseconds
+	at   int64 // when it ended, Unix nanoseconds
 	rev  uint64
 	i    int32 // index in the heap
 	idem bool  // the task has an idempotency key
@@ -194,9 +194,11 @@ func (r *Retention) Track(sn Snapshot) {
 		}
 		return
 	}
-	at := sn.UpdatedAt
-	if at.IsZero() {
-		at = sn.CreatedAt
+	// From the end, not the last write: an agent's late events (refused,
+	// yet written) must not keep its ended tasks for ever.
+	at := sn.EndedAt
+	if at.IsZero() { // a record of an earlier version
+		at = sn.UpdatedAt
 	}
 	if !ok {
 		e = &endedTask{id: sn.ID}

@@ -61,7 +61,7 @@ func ids(t *testing.T, s *Store) []string {
 var openStates = []State{Submitted, Working, InputRequired, AuthRequired}
 var endedStates = []State{Completed, Failed, Canceled, Rejected}
 
-// Ended tasks go once their retention has passed since their last write;
+// Ended tasks go once their retention has passed since they ended;
 // open tasks stay however old they are, and an ended task is not removed
 // before its time.
 func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
@@ -79,12 +79,21 @@ func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
 	for _, st := range endedStates {
 		put(t, s, "old-ended-"+string(st), st, old)
 	}
+	// Ended a day ago, written just now (an agent's late event, refused):
+	// its retention counts from its end.
+	late := &Record{ID: "old-ended-late-event", Tenant: "t", AgentID: "a", State: Failed, CreatedAt: old, EndedAt: old, UpdatedAt: time.Now().UTC()}
+	if err := s.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
 	sort.Strings(want)
 	fresh := time.Now().UTC()
 	for _, st := range endedStates {
 		put(t, s, "fresh-ended-"+string(st), st, fresh)
 	}
-	waitUntil(t, "the day-old ended tasks to go", func() bool { return ret.Removed() >= 4 })
+	waitUntil(t, "the day-old ended tasks to go", func() bool { return ret.Removed() >= 5 })
+	if _, _, err := s.Get(ctx, "old-ended-late-event"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(old-ended-late-event) = %v; want ErrNotFound", err)
+	}
 	for _, st := range endedStates {
 		if _, _, err := s.Get(ctx, "old-ended-"+string(st)); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Get(old-ended-%s) after its retention = %v; want ErrNotFound", st, err)
@@ -97,7 +106,7 @@ func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
 			t.Errorf("%d fresh ended tasks in the bucket %v before their retention passed; want 4", n, got)
 		}
 	}
-	waitUntil(t, "the fresh ended tasks to go", func() bool { return ret.Removed() == 8 && ret.Ended() == 0 })
+	waitUntil(t, "the fresh ended tasks to go", func() bool { return ret.Removed() == 9 && ret.Ended() == 0 })
 	if got := ids(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("bucket after the sweep = %v; want only the open tasks %v", got, want)
 	}
@@ -109,8 +118,8 @@ func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
 	if got := ids(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("bucket %v after another retention period; want the open tasks %v", got, want)
 	}
-	if ret.Removed() != 8 {
-		t.Fatalf("Removed = %d; want 8", ret.Removed())
+	if ret.Removed() != 9 {
+		t.Fatalf("Removed = %d; want 9", ret.Removed())
 	}
 }
 

@@ -118,10 +118,11 @@ type Snapshot struct {
 	// when the outbox is empty.
 	OutboxAt time.Time
 	// Revision is the KV revision of this value (of the deletion when
-	// Deleted); UpdatedAt the record's last write ([Retention] counts an
-	// ended task's age from it).
-	Revision  uint64
-	UpdatedAt time.Time
+	// Deleted); UpdatedAt the record's last write, EndedAt when it reached
+	// its terminal state ([Retention] counts an ended task's age from it,
+	// else from UpdatedAt in records of earlier versions).
+	Revision           uint64
+	UpdatedAt, EndedAt time.Time
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -199,6 +200,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				AgentID        string    `json:"agent_id"`
 				CreatedAt      time.Time `json:"created_at"`
 				UpdatedAt      time.Time `json:"updated_at"`
+				EndedAt        time.Time `json:"ended_at"`
 				IdempotencyKey string    `json:"idempotency_key"`
 				State          State     `json:"state"`
 				Deadline       time.Time `json:"deadline"`
@@ -212,7 +214,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
 			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
-			snap.UpdatedAt = v.UpdatedAt
+			snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {

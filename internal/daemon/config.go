@@ -90,12 +90,13 @@ type Config struct {
 // "Retention").
 type RetentionConfig struct {
 	// EndedTasks is how long a task that ended (completed, failed,
-	// canceled or rejected) is kept after its last write, as a Go duration
+	// canceled or rejected) is kept after it ended, as a Go duration
 	// ("720h", "90s"); then whichever instance gets there first removes
 	// it, record and history, from the task bucket, and task_get answers
-	// task_not_found. Its idempotency key is free again from then on.
-	// Open tasks are never removed, however old. Default 720h (30 days);
-	// a negative value ("-1s") keeps ended tasks for ever.
+	// task_not_found; for one more such period, delegate with its
+	// idempotency key answers idempotency_key_expired. Open tasks are
+	// never removed, however old. 0 (absent) means 720h (30 days); a
+	// negative value ("-1s") keeps ended tasks for ever.
 	EndedTasks audit.Duration `yaml:"ended_tasks"`
 	// RemovalsPerSecond paces each instance's removals of tasks past
 	// their retention. Negative is a configuration error. Default 1000.

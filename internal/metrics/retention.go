@@ -10,7 +10,7 @@ import (
 // Retention is what a2ad reports of how long it keeps ended tasks and
 // audit records (docs/operations.md "Retention").
 type Retention struct {
-	// Tasks is how long an ended task is kept after its last write
+	// Tasks is how long an ended task is kept after it ended
 	// (negative: for ever); AuditMaxAge the audit stream's max_age as the
 	// stream has it (0: for ever).
 	Tasks, AuditMaxAge time.Duration
@@ -34,7 +34,7 @@ func (m *Metrics) WatchRetention(r Retention) {
 	tasks, audit := seconds(r.Tasks), seconds(r.AuditMaxAge)
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_task_retention_seconds",
-			Help: "How long an ended task is kept after its last write before it is removed (retention.ended_tasks); +Inf: for ever."},
+			Help: "How long an ended task is kept after it ended before it is removed (retention.ended_tasks); +Inf: for ever."},
 			func() float64 { return tasks }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_audit_max_age_seconds",
 			Help: "The audit stream's max_age as the stream has it (audit.max_age); +Inf: for ever."},
