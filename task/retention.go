@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,8 +202,9 @@ func (r *Retention) Track(sn Snapshot) {
 		at = sn.UpdatedAt
 	}
 	if !ok {
-		e = &endedTask{id: sn.ID}
-		r.byID[sn.ID] = e
+		// A copy: the watcher's key is a slice of the message's subject.
+		e = &endedTask{id: strings.Clone(sn.ID)}
+		r.byID[e.id] = e
 		e.at, e.rev, e.idem = at.UnixNano(), sn.Revision, sn.Idempotent
 		heap.Push(&r.due, e)
 	} else {
