@@ -230,7 +230,7 @@ func TestRetentionIndexesTasksStoredBeforeItStarted(t *testing.T) {
 // A task with an idempotency key leaves its marker as a tombstone for a
 // while: its id is refused for a new task (ErrRemoved) until the tombstone
 // expires in turn. The id of a task deleted otherwise (never delegated)
-// can be created again at once.
+// can be created again at once, and its marker expires too.
 func TestExpiredTaskLeavesAnIdempotentTombstoneForAWhile(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	s, stop := storeOn(t, js)
@@ -256,10 +256,18 @@ func TestExpiredTaskLeavesAnIdempotentTombstoneForAWhile(t *testing.T) {
 		}
 	}
 	removed := time.Now()
-	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 2 {
-		t.Fatalf("stream holds %d messages after the purges; want 2 (their markers)", n)
+	put(t, s, "never-delegated", Submitted, now)
+	if err := s.Delete(ctx, "never-delegated"); err != nil {
+		t.Fatal(err)
 	}
-	waitUntil(t, "the purge marker to expire", func() bool { return natstest.Messages(t, js, "KV_"+Bucket) == 1 })
+	put(t, s, "never-delegated", Submitted, now) // at once over its marker (put fails the test on an error)
+	if err := s.Delete(ctx, "never-delegated"); err != nil {
+		t.Fatal(err)
+	}
+	if n := natstest.Messages(t, js, "KV_"+Bucket); n != 3 {
+		t.Fatalf("stream holds %d messages after the purges; want 3 (their markers)", n)
+	}
+	waitUntil(t, "the purge markers to expire", func() bool { return natstest.Messages(t, js, "KV_"+Bucket) == 1 })
 	again := &Record{ID: "idem", Tenant: "t", AgentID: "a", State: Submitted, IdempotencyKey: "k", CreatedAt: time.Now().UTC()}
 	err := s.Create(ctx, again)
 	if time.Since(removed) < 4*time.Second { // measured after the create: the tombstone was there
@@ -278,11 +286,6 @@ func TestExpiredTaskLeavesAnIdempotentTombstoneForAWhile(t *testing.T) {
 	if err := s.Create(ctx, again); err != nil {
 		t.Fatalf("Create after the tombstone expired: %v", err)
 	}
-	put(t, s, "never-delegated", Submitted, now)
-	if err := s.Delete(ctx, "never-delegated"); err != nil {
-		t.Fatal(err)
-	}
-	put(t, s, "never-delegated", Submitted, now) // put fails the test on an error
 }
 
 // A bucket made by an earlier version (no per-message TTLs) is upgraded in

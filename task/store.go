@@ -655,9 +655,19 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 func (s *Store) pause(ctx context.Context, attempt int) { jsretry.Pause(ctx, attempt) }
 
 // Delete removes a record that never became a delegation (for example the
-// agent was offline), so no half-created task remains.
+// agent was offline), so no half-created task remains. Its purge marker
+// expires after PurgeMarkerTTL, as an expired task's does.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id) })
+	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id, s.purgeTTL()) })
+}
+
+// purgeTTL is the option that gives a purge marker PurgeMarkerTTL, where
+// the server supports per-message TTLs (nil, no option, where not).
+func (s *Store) purgeTTL() jetstream.KVDeleteOpt {
+	if s.markerTTL <= 0 {
+		return nil
+	}
+	return jetstream.PurgeTTL(s.markerTTL)
 }
 
 // DeleteIf removes the record only if pred holds for it as stored, with
@@ -672,7 +682,7 @@ func (s *Store) DeleteIf(ctx context.Context, id string, pred func(*Record) bool
 		if !pred(r) {
 			return ErrConflict
 		}
-		err = s.retry(ctx, func() error { return s.kv.Purge(ctx, id, jetstream.LastRevision(rev)) })
+		err = s.retry(ctx, func() error { return s.kv.Purge(ctx, id, jetstream.LastRevision(rev), s.purgeTTL()) })
 		if err == nil {
 			return nil
 		}
