@@ -228,15 +228,16 @@ func (r *Retention) Ended() int {
 	return len(r.byID)
 }
 
-// Due is the number of indexed ended tasks whose retention has passed
-// (Keep, without this instance's extra delay) and that no instance has
-// removed yet, as of now.
+// Due is the number of indexed ended tasks whose retention, and this
+// instance's extra delay, have passed and that no instance has removed
+// yet, as of now: the backlog of removals (the instance with the shortest
+// delay removes tasks before the others reach them).
 func (r *Retention) Due(now time.Time) int {
 	r.init()
 	if r.keep() < 0 {
 		return 0
 	}
-	cut := now.Add(-r.keep()).UnixNano()
+	cut := now.Add(-r.keep() - r.offset).UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0

@@ -327,6 +327,8 @@ func TestStoreUpgradesABucketWithoutMarkerTTL(t *testing.T) {
 // deleted leaves the index.
 func TestRetentionIndex(t *testing.T) {
 	ret := &Retention{Keep: time.Hour}
+	ret.init()
+	ret.offset = 0 // no extra delay: exact counts
 	now := time.Now()
 	for i := range 100 {
 		ret.Track(Snapshot{ID: fmt.Sprint("t", i), State: Completed, Revision: uint64(i + 1),
@@ -344,7 +346,6 @@ func TestRetentionIndex(t *testing.T) {
 	if ret.Ended() != 98 || ret.Due(now) != 37 {
 		t.Fatalf("Ended, Due = %d, %d; want 98, 37", ret.Ended(), ret.Due(now))
 	}
-	ret.offset = 0
 	e, _ := ret.next(now)
 	if e == nil || e.id != "t96" || e.rev != 97 {
 		t.Fatalf("next = %+v; want the oldest, t96 at revision 97", e)

@@ -43,7 +43,7 @@ func (m *Metrics) WatchRetention(r Retention) {
 			Help: "Ended tasks in the task bucket, as this instance's watcher sees it."},
 			func() float64 { return float64(r.Ended()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_removal_due",
-			Help: "Ended tasks past their retention that no instance has removed yet."},
+			Help: "Ended tasks past their retention (and this instance's extra delay of up to a minute) that no instance has removed yet."},
 			func() float64 { return float64(r.Due()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_tasks_removed_total",
 			Help: "Ended tasks this instance removed from the task bucket after their retention."},
