@@ -99,17 +99,19 @@ func wrongLastRevision(err error) bool {
 }
 
 // Retention removes ended tasks (completed, failed, canceled, rejected)
-// from the bucket once Keep has passed since they ended and their outbox is
-// empty; open tasks, however old, are never removed. Every instance runs one: it keeps an
-// index of the ended tasks its store's watcher reports ([Retention.Track],
-// fed every record at load and each change after), ordered by when they
-// fall due, and removes the due ones one at a time, paced, with
-// [Store.Expire]: the bucket is never scanned, and a task that changed
-// since the watcher reported it is left for its newer value. Each
-// instance waits a random extra delay of up to a tenth of Keep (at most a
-// minute) past it, so that one instance usually removes a task before the
-// others reach it; when instances do meet, compare-and-swap lets exactly
-// one remove it.
+// from the bucket once Keep has passed since they ended and their outbox
+// is empty; open tasks, however old, are never removed.
+//
+// Every instance runs one. It keeps an index of the ended tasks its
+// store's watcher reports ([Retention.Track], fed every record at load and
+// each change after), ordered by when they ended, and removes the due ones
+// one at a time, paced, with [Store.Expire] (a task with an idempotency key
+// leaves a tombstone for another Keep): the bucket is never scanned, and a
+// task that changed since the watcher reported it is left for its newer
+// value. Each instance waits a random extra delay of up to a tenth of Keep
+// (at most a minute), so that one instance usually removes a task before
+// the others reach it; when instances do meet, compare-and-swap lets
+// exactly one remove it.
 type Retention struct {
 	// Store is the bucket to remove from.
 	Store *Store
@@ -134,8 +136,9 @@ type Retention struct {
 	once    sync.Once
 }
 
-// endedTask is one indexed ended task: about 120 bytes with its map entry
-// and a 28-byte id (docs/operations.md "Retention").
+// endedTask is one indexed ended task: about 125 bytes with its map entry,
+// heap slot and a 28-byte id (BenchmarkRetentionIndex; docs/operations.md
+// "Retention").
 type endedTask struct {
 	id   string
 	at   int64 // when it ended, Unix nanoseconds
@@ -330,9 +333,10 @@ func (r *Retention) Run(ctx context.Context) {
 			if r.OnRemoved != nil {
 				r.OnRemoved()
 			}
-		case errors.Is(err, ErrChanged):
+		case errors.Is(err, ErrChanged), errors.Is(err, ErrNotFound):
 			// Written since (the watcher reports the newer value, which is
-			// indexed anew if still ended) or removed by another instance.
+			// indexed anew if still ended) or removed by another instance;
+			// or a key a2ad never issued.
 		default:
 			if ctx.Err() != nil {
 				return
