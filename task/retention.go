@@ -132,6 +132,7 @@ type Retention struct {
 	due     endedHeap
 	wake    chan struct{}
 	removed atomic.Uint64
+	changed atomic.Uint64 // removals refused: the task changed or was removed since indexed
 	offset  time.Duration // this instance's extra delay, drawn once
 	once    sync.Once
 }
@@ -290,6 +291,19 @@ func (r *Retention) restore(e *endedTask) {
 	}
 }
 
+// conflictPause is how long Run waits after finding a task changed or
+// removed by another instance.
+const conflictPause = 20 * time.Millisecond
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // Run removes due tasks until ctx ends. It returns at once when Keep is
 // negative.
 func (r *Retention) Run(ctx context.Context) {
@@ -336,7 +350,12 @@ func (r *Retention) Run(ctx context.Context) {
 		case errors.Is(err, ErrChanged), errors.Is(err, ErrNotFound):
 			// Written since (the watcher reports the newer value, which is
 			// indexed anew if still ended) or removed by another instance;
-			// or a key a2ad never issued.
+			// or a key a2ad never issued. Another instance sweeping the same
+			// backlog is ahead: a short pause lets the watcher drop what it
+			// removed, so that the two split the backlog rather than race
+			// through it together.
+			r.changed.Add(1)
+			pause(ctx, conflictPause)
 		default:
 			if ctx.Err() != nil {
 				return
