@@ -37,10 +37,6 @@ var ErrConflict = errors.New("task: too many concurrent updates")
 type Store struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's stream, for reads through its leader
-	js     jetstream.JetStream
-	// markerTTL is how long the purge marker of an expired task stays
-	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
-	markerTTL time.Duration
 
 	mu      sync.Mutex
 	waiters map[string]map[*Follower]struct{}
@@ -48,6 +44,11 @@ type Store struct {
 
 	loaded chan struct{} // closed once the watcher delivered every stored record
 	open   atomic.Int64  // records seen by the watcher that are not terminal
+
+	js jetstream.JetStream // for purges with headers of a2ad's ([Store.Expire])
+	// markerTTL is how long the purge marker of an expired task stays
+	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
+	markerTTL time.Duration
 
 	// RetryFor bounds how long an operation retries transient NATS errors
 	// (a stream-leader election, a reconnect); default 20 s.
@@ -160,7 +161,8 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
-	s := &Store{stream: st, js: js, markerTTL: markerTTL, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s := &Store{stream: st, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
+	s.js, s.markerTTL = js, markerTTL
 	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
