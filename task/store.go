@@ -162,12 +162,12 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 		return nil, fmt.Errorf("task: KV bucket %s: %w", Bucket, err)
 	}
 	s := &Store{stream: st, waiters: map[string]map[*Follower]struct{}{}, loaded: make(chan struct{})}
-	s.js, s.markerTTL = js, markerTTL
 	s.kv = writeThrough{KeyValue: kv, cache: &s.cache}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("task: watch %s: %w", Bucket, err)
 	}
+	s.js, s.markerTTL = js, markerTTL
 	go s.fanOut(w, onChange)
 	return s, nil
 }
