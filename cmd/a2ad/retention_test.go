@@ -11,9 +11,9 @@ import (
 	"github.com/a2ad/a2ad/internal/refagent"
 )
 
-// metricOf is the value of d's Prometheus series name (no labels); -1 when
+// seriesValue is the value of d's Prometheus series name (no labels); -1 when
 // absent.
-func metricOf(t *testing.T, d *daemonProc, name string) float64 {
+func seriesValue(t *testing.T, d *daemonProc, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(d.HTTP + "/metrics")
 	if err != nil {
@@ -46,7 +46,7 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
 	agent := agentOn(t, d.NATS, credentialFor(t, d.NATS, d.DataDir), map[string]string{"C-201": refagent.ModeSilent})
 	h := connectHost(t, d)
-	if got := metricOf(t, d, "a2ad_task_retention_seconds"); got != keep.Seconds() {
+	if got := seriesValue(t, d, "a2ad_task_retention_seconds"); got != keep.Seconds() {
 		t.Fatalf("a2ad_task_retention_seconds = %v; want %v", got, keep.Seconds())
 	}
 	ended, err := h.delegateWhenAgentKnown(delegateArgs("C-200", 1999, "key-C-200", 10))
@@ -61,7 +61,7 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	time.Sleep(keep + time.Second) // the retention passes while no a2ad runs
 	d2 := startDaemon(t, nil, flags...)
 	h2 := connectHost(t, d2)
-	waitUntil(t, "the restarted instance to remove the ended task", func() bool { return metricOf(t, d2, "a2ad_tasks_removed_total") == 1 })
+	waitUntil(t, "the restarted instance to remove the ended task", func() bool { return seriesValue(t, d2, "a2ad_tasks_removed_total") == 1 })
 	if out := h2.mustCallErr("task_get", map[string]any{"task_id": ended.TaskID}); out != "task_not_found: task not found" {
 		t.Fatalf("task_get of the removed task = %q; want task_not_found", out)
 	}
@@ -75,7 +75,7 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	if n := agent.Stats().BriefsReceived; n != briefs {
 		t.Fatalf("the agent received %d briefs for the expired key; want none", n-briefs)
 	}
-	if got := metricOf(t, d2, "a2ad_tasks_ended"); got != 0 {
+	if got := seriesValue(t, d2, "a2ad_tasks_ended"); got != 0 {
 		t.Fatalf("a2ad_tasks_ended = %v after the removal; want 0", got)
 	}
 }
