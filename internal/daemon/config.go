@@ -73,6 +73,9 @@ type Config struct {
 	Log LogConfig `yaml:"log"`
 	// Audit configures the audit trail's JetStream stream (A2AD_AUDIT).
 	Audit audit.Config `yaml:"audit"`
+	// Retention configures how long ended tasks stay in the task bucket
+	// (the audit trail's own age is Audit.MaxAge).
+	Retention RetentionConfig `yaml:"retention"`
 	// Tracing configures OpenTelemetry tracing.
 	Tracing tracing.Config `yaml:"tracing"`
 	// AgentLimits bound, per agent, what one agent can make a2ad store and
@@ -81,26 +84,6 @@ type Config struct {
 	AgentLimits AgentLimits `yaml:"agent_limits"`
 	// Storage configures the JetStream storage a2ad keeps free.
 	Storage StorageConfig `yaml:"storage"`
-	// Retention configures how long ended tasks stay in the task bucket
-	// (the audit trail's own age is Audit.MaxAge).
-	Retention RetentionConfig `yaml:"retention"`
-}
-
-// RetentionConfig is how long a2ad keeps ended tasks (docs/operations.md
-// "Retention").
-type RetentionConfig struct {
-	// EndedTasks is how long a task that ended (completed, failed,
-	// canceled or rejected) is kept after it ended, as a Go duration
-	// ("720h", "90s"); then whichever instance gets there first removes
-	// it, record and history, from the task bucket, and task_get answers
-	// task_not_found; for one more such period, delegate with its
-	// idempotency key answers idempotency_key_expired. Open tasks are
-	// never removed, however old. 0 (absent) means 720h (30 days); a
-	// negative value ("-1s") keeps ended tasks for ever.
-	EndedTasks audit.Duration `yaml:"ended_tasks"`
-	// RemovalsPerSecond paces each instance's removals of tasks past
-	// their retention. Negative is a configuration error. Default 1000.
-	RemovalsPerSecond float64 `yaml:"removals_per_second"`
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
