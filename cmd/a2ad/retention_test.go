@@ -11,9 +11,9 @@ import (
 	"github.com/a2ad/a2ad/internal/refagent"
 )
 
-// seriesValue is the value of d's Prometheus series name (no labels); -1 when
+// retentionMetric is the value of d's Prometheus series name (no labels); -1 when
 // absent.
-func seriesValue(t *testing.T, d *daemonProc, name string) float64 {
+func retentionMetric(t *testing.T, d *daemonProc, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(d.HTTP + "/metrics")
 	if err != nil {
@@ -46,7 +46,7 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	flags = append(flags, "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
 	agent := agentOn(t, d.NATS, credentialFor(t, d.NATS, d.DataDir), map[string]string{"C-201": refagent.ModeSilent})
 	h := connectHost(t, d)
-	if got := seriesValue(t, d, "a2ad_task_retention_seconds"); got != keep.Seconds() {
+	if got := retentionMetric(t, d, "a2ad_task_retention_seconds"); got != keep.Seconds() {
 		t.Fatalf("a2ad_task_retention_seconds = %v; want %v", got, keep.Seconds())
 	}
 	ended, err := h.delegateWhenAgentKnown(delegateArgs("C-200", 1999, "key-C-200", 10))
@@ -61,27 +61,27 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	time.Sleep(keep + time.Second) // the retention passes while no a2ad runs
 	d2 := startDaemon(t, nil, flags...)
 	h2 := connectHost(t, d2)
-	waitUntil(t, "the restarted instance to remove the ended task", func() bool { return seriesValue(t, d2, "a2ad_tasks_removed_total") == 1 })
-	if out := h2.mustCallErr("task_get", map[string]any{"task_id": ended.TaskID}); out != "task_not_found: task not found" {
+	waitUntil(t, "the restarted instance to remove the ended task", func() bool { return retentionMetric(t, d2, "a2ad_tasks_removed_total") == 1 })
+	if out := h2.retentionCallErr("task_get", map[string]any{"task_id": ended.TaskID}); out != "task_not_found: task not found" {
 		t.Fatalf("task_get of the removed task = %q; want task_not_found", out)
 	}
 	if got := h2.mustCall("task_get", map[string]any{"task_id": open.TaskID}); got.State != open.State {
 		t.Fatalf("task_get of the open task older than the retention: %+v; want it %s", got, open.State)
 	}
 	briefs := agent.Stats().BriefsReceived
-	if out := h2.mustCallErr("delegate", delegateArgs("C-200", 1999, "key-C-200", 10)); !strings.HasPrefix(out, "idempotency_key_expired: ") {
+	if out := h2.retentionCallErr("delegate", delegateArgs("C-200", 1999, "key-C-200", 10)); !strings.HasPrefix(out, "idempotency_key_expired: ") {
 		t.Fatalf("delegate with the removed task's key = %q; want idempotency_key_expired", out)
 	}
 	if n := agent.Stats().BriefsReceived; n != briefs {
 		t.Fatalf("the agent received %d briefs for the expired key; want none", n-briefs)
 	}
-	if got := seriesValue(t, d2, "a2ad_tasks_ended"); got != 0 {
+	if got := retentionMetric(t, d2, "a2ad_tasks_ended"); got != 0 {
 		t.Fatalf("a2ad_tasks_ended = %v after the removal; want 0", got)
 	}
 }
 
-// mustCallErr runs a tool that must fail; it returns the error text.
-func (h *host) mustCallErr(tool string, args map[string]any) string {
+// retentionCallErr runs a tool that must fail; it returns the error text.
+func (h *host) retentionCallErr(tool string, args map[string]any) string {
 	h.t.Helper()
 	out, err := h.call(tool, args)
 	if err != nil {
