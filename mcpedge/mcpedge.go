@@ -574,6 +574,8 @@ func ErrorCode(err error) string {
 		code = "agent_offline"
 	case errors.Is(err, broker.ErrIdempotencyConflict):
 		code = "idempotency_conflict"
+	case errors.Is(err, broker.ErrIdempotencyKeyExpired):
+		code = "idempotency_key_expired"
 	case errors.Is(err, task.ErrNotFound):
 		code = "task_not_found"
 	case errors.Is(err, broker.ErrNotInterrupted):

@@ -86,6 +86,9 @@ type Record struct {
 	CreatedAt     time.Time    `json:"created_at"`
 	UpdatedAt     time.Time    `json:"updated_at"`
 	History       []Transition `json:"history"`
+	// EndedAt is when the task reached its terminal state (zero while open,
+	// and in records of earlier versions): its retention counts from it.
+	EndedAt time.Time `json:"ended_at,omitzero"`
 	// RefusedUnrecorded counts refusals beyond MaxRefusedHistory, which
 	// the history does not hold.
 	RefusedUnrecorded int `json:"refused_unrecorded,omitempty"`
@@ -244,6 +247,9 @@ func (r *Record) MoveBy(now time.Time, event, source, reason, msgID, by string) 
 		return err
 	}
 	r.State = to
+	if to.Terminal() && !from.Terminal() {
+		r.EndedAt = now
+	}
 	if to.Terminal() || reason != "" {
 		r.Reason = reason
 	}

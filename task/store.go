@@ -46,6 +46,11 @@ type Store struct {
 	loaded chan struct{} // closed once the watcher delivered every stored record
 	open   atomic.Int64  // records seen by the watcher that are not terminal
 
+	js jetstream.JetStream // for purges with headers of a2ad's ([Store.Expire])
+	// markerTTL is how long the purge marker of an expired task stays
+	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
+	markerTTL time.Duration
+
 	// RetryFor bounds how long an operation retries transient NATS errors
 	// (a stream-leader election, a reconnect); default 20 s.
 	RetryFor time.Duration
@@ -114,6 +119,12 @@ type Snapshot struct {
 	// OutboxAt is when the record's outbox may be delivered again; zero
 	// when the outbox is empty.
 	OutboxAt time.Time
+	// Revision is the KV revision of this value (of the deletion when
+	// Deleted); UpdatedAt the record's last write, EndedAt when it reached
+	// its terminal state ([Retention] counts an ended task's age from it,
+	// else from UpdatedAt in records of earlier versions).
+	Revision           uint64
+	UpdatedAt, EndedAt time.Time
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -122,16 +133,25 @@ type Snapshot struct {
 // for every change; it must not block for long.
 func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChange func(Snapshot)) (*Store, error) {
 	var kv jetstream.KeyValue
+	// Per-message TTLs (nats-server ≥ 2.11) let the purge markers of
+	// expired tasks go too ([Store.Expire]); an older server keeps them.
+	markerTTL := PurgeMarkerTTL
 	// Instances starting together on a fresh cluster race to create the
 	// bucket; the losers' requests time out while it is created.
 	err := jsretry.Do(ctx, time.Minute, func() (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      Bucket,
-			Description: "a2ad delegated task records",
-			History:     1,
-			Replicas:    max(1, replicas),
-			Storage:     jetstream.FileStorage,
-		})
+		cfg := jetstream.KeyValueConfig{
+			Bucket:         Bucket,
+			Description:    "a2ad delegated task records",
+			History:        1,
+			Replicas:       max(1, replicas),
+			Storage:        jetstream.FileStorage,
+			LimitMarkerTTL: markerTTL,
+		}
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			markerTTL, cfg.LimitMarkerTTL = 0, 0
+			kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		}
 		return err
 	})
 	if err != nil {
@@ -148,6 +168,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, replicas int, onChang
 	if err != nil {
 		return nil, fmt.Errorf("task: watch %s: %w", Bucket, err)
 	}
+	s.js, s.markerTTL = js, markerTTL
 	go s.fanOut(w, onChange)
 	return s, nil
 }
@@ -176,11 +197,13 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			f.deliver(e)
 		}
 		s.mu.Unlock()
-		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value())}
+		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
 		if !snap.Deleted {
 			var v struct {
 				AgentID        string    `json:"agent_id"`
 				CreatedAt      time.Time `json:"created_at"`
+				UpdatedAt      time.Time `json:"updated_at"`
+				EndedAt        time.Time `json:"ended_at"`
 				IdempotencyKey string    `json:"idempotency_key"`
 				State          State     `json:"state"`
 				Deadline       time.Time `json:"deadline"`
@@ -194,6 +217,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
 			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
+			snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {
@@ -360,7 +384,8 @@ func (s *Store) Watch(ctx context.Context) (<-chan *Record, error) {
 	return out, nil
 }
 
-// Create stores a new record; ErrExists if the ID is taken, ErrRecordFull
+// Create stores a new record; ErrExists if the ID is taken, ErrRemoved if
+// it was an idempotent task's that retention removed, ErrRecordFull
 // if it encodes to more than MaxRecordBytes, an error wrapping
 // ErrUnavailable if the store has no room for it.
 func (s *Store) Create(ctx context.Context, r *Record) error {
@@ -373,12 +398,15 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	}
 	ambiguous := false
 	err = s.retry(ctx, func() error {
-		_, err := s.kv.Create(ctx, r.ID, b)
+		err := s.createKey(ctx, r.ID, b)
 		if err != nil && transient(err) {
 			ambiguous = true
 		}
 		return err
 	})
+	if errors.Is(err, ErrRemoved) {
+		return ErrRemoved
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		if ambiguous && s.sameOrigin(ctx, r) {
 			// An attempt whose answer was lost did store it (and it may
@@ -393,6 +421,35 @@ func (s *Store) Create(ctx context.Context, r *Record) error {
 	}
 	s.created(r)
 	return nil
+}
+
+// createKey stores b under id if the key holds nothing: no value, or the
+// marker a deletion left ([Store.Delete]); never over a value
+// (jetstream.ErrKeyExists) or the tombstone of a task removed after its
+// retention (ErrRemoved). It is jetstream.KeyValue.Create but for the
+// tombstone.
+func (s *Store) createKey(ctx context.Context, id string, b []byte) error {
+	for range 3 {
+		_, err := s.kv.Update(ctx, id, b, 0)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+		m, gerr := s.stream.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+id)
+		switch {
+		case errors.Is(gerr, jetstream.ErrMsgNotFound):
+			continue // a marker that expired meanwhile: the key is empty
+		case gerr != nil:
+			return gerr
+		case m.Header.Get(RemovedHeader) != "":
+			return ErrRemoved
+		}
+		if op := m.Header.Get("KV-Operation"); op != "DEL" && op != "PURGE" {
+			return err
+		}
+		_, err = s.kv.Update(ctx, id, b, m.Sequence)
+		return err
+	}
+	return jetstream.ErrKeyExists
 }
 
 // created reports r's first write to OnWrite.
@@ -582,9 +639,19 @@ func (s *Store) retry(ctx context.Context, op func() error) error {
 func (s *Store) pause(ctx context.Context, attempt int) { jsretry.Pause(ctx, attempt) }
 
 // Delete removes a record that never became a delegation (for example the
-// agent was offline), so no half-created task remains.
+// agent was offline), so no half-created task remains. Its purge marker
+// expires after PurgeMarkerTTL, as an expired task's does.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id) })
+	return s.retry(ctx, func() error { return s.kv.Purge(ctx, id, s.purgeTTL()) })
+}
+
+// purgeTTL is the option that gives a purge marker PurgeMarkerTTL, where
+// the server supports per-message TTLs (nil, no option, where not).
+func (s *Store) purgeTTL() jetstream.KVDeleteOpt {
+	if s.markerTTL <= 0 {
+		return nil
+	}
+	return jetstream.PurgeTTL(s.markerTTL)
 }
 
 // DeleteIf removes the record only if pred holds for it as stored, with
@@ -599,7 +666,7 @@ func (s *Store) DeleteIf(ctx context.Context, id string, pred func(*Record) bool
 		if !pred(r) {
 			return ErrConflict
 		}
-		err = s.retry(ctx, func() error { return s.kv.Purge(ctx, id, jetstream.LastRevision(rev)) })
+		err = s.retry(ctx, func() error { return s.kv.Purge(ctx, id, jetstream.LastRevision(rev), s.purgeTTL()) })
 		if err == nil {
 			return nil
 		}

@@ -169,6 +169,9 @@ type Config struct {
 // Duration is a time.Duration written as a Go duration string in YAML.
 type Duration time.Duration
 
+// String is the duration as Go writes it ("2160h0m0s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
 // UnmarshalText parses "2160h", "90m", …
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
@@ -206,6 +209,7 @@ type Log struct {
 	retries  atomic.Uint64 // publish attempts that failed and were retried
 	inFlight atomic.Int64  // records of the batch being published
 
+	maxAge      time.Duration // the stream's, as Open found it
 	lastDropLog atomic.Int64
 	lastFailLog time.Time // the writer's own
 	failing     atomic.Pointer[string]
@@ -216,7 +220,7 @@ type Log struct {
 // the settings and the `nats stream edit` command that applies them.
 // instance names this a2ad in every record.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int, instance string, log *slog.Logger) (*Log, error) {
-	_, drift, err := EnsureStream(ctx, js, cfg, replicas)
+	st, drift, err := EnsureStream(ctx, js, cfg, replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +233,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int,
 		size = 65536
 	}
 	l := &Log{js: js, cfg: cfg, replicas: replicas, log: log, instance: instance, queue: make(chan Record, size),
-		done: make(chan struct{}), abandon: make(chan struct{})}
+		done: make(chan struct{}), abandon: make(chan struct{}), maxAge: st.CachedInfo().Config.MaxAge}
 	go l.run()
 	return l, nil
 }
@@ -282,6 +286,16 @@ func (l *Log) Append(r Record) {
 			l.log.Error("audit records dropped: the queue to JetStream is full", "dropped_total", n, "queue", cap(l.queue))
 		}
 	}
+}
+
+// MaxAge is the audit stream's max_age as Open found it: the configured
+// one, or the stream's own where it differs (Open warns then); 0 means
+// records are kept for ever.
+func (l *Log) MaxAge() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.maxAge
 }
 
 // Written, Dropped and Retries count records stored, records dropped (a

@@ -53,6 +53,9 @@ var (
 	ErrIdempotencyConflict = errors.New("idempotency_key already used for a different brief")
 	ErrNotInterrupted      = errors.New("task is not waiting for an answer")
 	ErrTerminal            = errors.New("task already ended")
+	// ErrIdempotencyKeyExpired: the key's task ended and was removed after
+	// its retention; its id is never reused (task.ErrRemoved).
+	ErrIdempotencyKeyExpired = errors.New("idempotency_key named a task that ended and was removed after its retention (retention.ended_tasks); use a new key")
 )
 
 // Wait bounds (DESIGN.md): default 20 s, capped at 50 s, below the ~60 s
@@ -294,6 +297,9 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		}
 		if errors.Is(err, task.ErrUnavailable) && s.Admission != nil {
 			s.Admission.Full()
+		}
+		if errors.Is(err, task.ErrRemoved) {
+			return nil, ErrIdempotencyKeyExpired
 		}
 		if !errors.Is(err, task.ErrExists) || req.IdempotencyKey == "" {
 			return nil, err

@@ -84,6 +84,9 @@ type Config struct {
 	Log LogConfig `yaml:"log"`
 	// Audit configures the audit trail's JetStream stream (A2AD_AUDIT).
 	Audit audit.Config `yaml:"audit"`
+	// Retention configures how long ended tasks stay in the task bucket
+	// (the audit trail's own age is Audit.MaxAge).
+	Retention RetentionConfig `yaml:"retention"`
 	// Tracing configures OpenTelemetry tracing.
 	Tracing tracing.Config `yaml:"tracing"`
 	// AgentLimits bound, per agent, what one agent can make a2ad store and
@@ -224,14 +227,20 @@ func (l AgentLimits) Check(prefix string) error {
 	return nil
 }
 
-// checkLimits refuses agent limits and a storage reserve a2ad cannot run
-// with.
+// checkLimits refuses agent limits, a storage reserve and retention
+// settings a2ad cannot run with.
 func (c Config) checkLimits() error {
 	if c.Storage.ReserveBytes < 0 {
 		return fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes)
 	}
 	if c.Storage.CapacityBytes < 0 {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
+	}
+	if c.Retention.RemovalsPerSecond < 0 {
+		return fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond)
+	}
+	if c.Audit.MaxAge < 0 {
+		return fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge)
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
 		return err

@@ -291,14 +291,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	tracker := &task.Tracker{Schemas: schemas, Log: log, Policies: policies, Agents: limits, Replicas: cfg.Replicas,
 		OnDrop: d.obs.eventDropped}
+	retention := &task.Retention{Keep: time.Duration(cfg.Retention.EndedTasks), PerSecond: cfg.Retention.RemovalsPerSecond, Log: log}
 	store, err := task.NewStore(runCtx, js, cfg.Replicas, func(sn task.Snapshot) {
 		d.Service.Track(sn)
 		tracker.Track(sn)
 		d.obs.track(sn)
+		retention.Track(sn)
 	})
 	if err != nil {
 		return nil, err
 	}
+	d.startRetention(runCtx, retention, store)
 	tracker.Store = store
 	store.OnWrite = d.obs.taskWritten
 	d.Service.Tasks = store
@@ -311,7 +314,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer d.wg.Done()
 		select {
 		case <-store.Loaded():
-			log.Info("tracking open tasks", "open", store.Open(), "scheduled", d.Service.Scheduled(), "after", time.Since(started).Round(time.Millisecond))
+			log.Info("tracking open tasks", "open", store.Open(), "scheduled", d.Service.Scheduled(), "ended", retention.Ended(), "after", time.Since(started).Round(time.Millisecond))
 		case <-runCtx.Done():
 		}
 	}()

@@ -1,0 +1,51 @@
+package metrics
+
+import (
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Retention is what a2ad reports of how long it keeps ended tasks and
+// audit records (docs/operations.md "Retention").
+type Retention struct {
+	// Tasks is how long an ended task is kept after it ended
+	// (negative: for ever); AuditMaxAge the audit stream's max_age as the
+	// stream has it (0: for ever).
+	Tasks, AuditMaxAge time.Duration
+	// Ended is the number of ended tasks in the bucket, as this instance's
+	// watcher sees it; Due those of them past their retention, not yet
+	// removed; Removed the tasks this instance removed.
+	Ended, Due func() int
+	Removed    func() uint64
+}
+
+// WatchRetention adds, read at scrape time: a2ad_task_retention_seconds and
+// a2ad_audit_max_age_seconds (+Inf when kept for ever), a2ad_tasks_ended,
+// a2ad_tasks_removal_due and a2ad_tasks_removed_total.
+func (m *Metrics) WatchRetention(r Retention) {
+	seconds := func(d time.Duration) float64 {
+		if d <= 0 {
+			return math.Inf(1)
+		}
+		return d.Seconds()
+	}
+	tasks, audit := seconds(r.Tasks), seconds(r.AuditMaxAge)
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_task_retention_seconds",
+			Help: "How long an ended task is kept after it ended before it is removed (retention.ended_tasks); +Inf: for ever."},
+			func() float64 { return tasks }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_audit_max_age_seconds",
+			Help: "The audit stream's max_age as the stream has it (audit.max_age); +Inf: for ever."},
+			func() float64 { return audit }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_ended",
+			Help: "Ended tasks in the task bucket, as this instance's watcher sees it."},
+			func() float64 { return float64(r.Ended()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_removal_due",
+			Help: "Ended tasks past their retention (and this instance's extra delay of up to a minute) that no instance has removed yet."},
+			func() float64 { return float64(r.Due()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_tasks_removed_total",
+			Help: "Ended tasks this instance removed from the task bucket after their retention."},
+			func() float64 { return float64(r.Removed()) }))
+}
