@@ -15,6 +15,7 @@ import (
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/jsretry"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -434,19 +435,30 @@ func (s *Store) createKey(ctx context.Context, id string, b []byte) error {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
-		m, gerr := s.stream.GetLastMsgForSubject(ctx, "$KV."+Bucket+"."+id)
+		// What the key holds, as the stream leader has it: a replica a
+		// little behind could miss a tombstone.
+		var (
+			seq uint64
+			hdr nats.Header
+		)
+		gerr := s.retry(ctx, func() (err error) {
+			_, seq, hdr, err = s.leader.last(ctx, "$KV."+Bucket+"."+id)
+			return err
+		})
 		switch {
-		case errors.Is(gerr, jetstream.ErrMsgNotFound):
+		case errors.Is(gerr, errNoMessage):
 			continue // a marker that expired meanwhile: the key is empty
+		case gerr != nil && transient(gerr) && ctx.Err() == nil:
+			return fmt.Errorf("%w: create %s: %w", ErrNoLeader, id, gerr)
 		case gerr != nil:
 			return gerr
-		case m.Header.Get(RemovedHeader) != "":
+		case hdr.Get(RemovedHeader) != "":
 			return ErrRemoved
 		}
-		if op := m.Header.Get("KV-Operation"); op != "DEL" && op != "PURGE" {
+		if op := hdr.Get("KV-Operation"); op != "DEL" && op != "PURGE" {
 			return err
 		}
-		_, err = s.kv.Update(ctx, id, b, m.Sequence)
+		_, err = s.kv.Update(ctx, id, b, seq)
 		return err
 	}
 	return jetstream.ErrKeyExists
