@@ -1,6 +1,7 @@
 // Command a2ad is the delegation broker daemon and its operator CLI.
 //
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
+//	    [--nats-tls-cert FILE --nats-tls-key FILE] [--nats-ca FILE] [--nats-client-cert FILE --nats-client-key FILE]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]
@@ -69,6 +70,11 @@ func newServe() *cobra.Command {
 			override("nats-listen", &cfg.NATSListen, o.NATSListen)
 			override("nats-url", &cfg.NATSURL, o.NATSURL)
 			override("schemas-dir", &cfg.SchemasDir, o.SchemasDir)
+			override("nats-tls-cert", &cfg.NATSTLS.CertFile, o.NATSTLS.CertFile)
+			override("nats-tls-key", &cfg.NATSTLS.KeyFile, o.NATSTLS.KeyFile)
+			override("nats-ca", &cfg.NATSTLS.CAFile, o.NATSTLS.CAFile)
+			override("nats-client-cert", &cfg.NATSTLS.ClientCertFile, o.NATSTLS.ClientCertFile)
+			override("nats-client-key", &cfg.NATSTLS.ClientKeyFile, o.NATSTLS.ClientKeyFile)
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line
@@ -125,6 +131,11 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address")
 	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one (env A2AD_NATS_URL, which keeps a password out of the process list)")
 	f.StringVar(&o.SchemasDir, "schemas-dir", "", "directory of host JSON Schemas (draft-07); default: the built-in ones")
+	f.StringVar(&o.NATSTLS.CertFile, "nats-tls-cert", "", "embedded NATS server's TLS certificate (PEM): agents must then connect over TLS (nats_tls.cert_file)")
+	f.StringVar(&o.NATSTLS.KeyFile, "nats-tls-key", "", "embedded NATS server's TLS private key (PEM) (nats_tls.key_file)")
+	f.StringVar(&o.NATSTLS.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the --nats-url server; TLS only (nats_tls.ca_file)")
+	f.StringVar(&o.NATSTLS.ClientCertFile, "nats-client-cert", "", "client certificate (PEM) a2ad presents to the --nats-url server (nats_tls.client_cert_file)")
+	f.StringVar(&o.NATSTLS.ClientKeyFile, "nats-client-key", "", "private key (PEM) of --nats-client-cert (nats_tls.client_key_file)")
 	return cmd
 }
 
@@ -143,6 +154,7 @@ func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-
 		case <-ctx.Done():
 			return
 		case <-hup:
+			reloadNATSCertificate(d, log)
 			ch, err := d.ReloadSchemas()
 			if err != nil {
 				log.Error("host schemas not reloaded; the previous ones stay in force", "err", err)

@@ -50,6 +50,12 @@ type Config struct {
 	Insecure bool `yaml:"insecure"`
 	// NATSURL connects to an existing NATS server instead; nothing is embedded.
 	NATSURL string `yaml:"nats_url"`
+	// NATSTLS is TLS on NATS: the embedded server's certificate, or how
+	// a2ad verifies nats_url's server and proves itself to it. Empty:
+	// plain text, loopback only unless insecure.
+	NATSTLS NATSTLSConfig `yaml:"nats_tls"`
+	// NATSLimits bound each connection to the embedded server.
+	NATSLimits NATSLimits `yaml:"nats_limits"`
 	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
 	// bytes (default 256 MiB and 4 GiB).
 	JetStreamMaxMemory int64 `yaml:"jetstream_max_memory"`
@@ -213,6 +219,9 @@ func (c Config) checkLimits() error {
 	}
 	if c.Storage.CapacityBytes < 0 {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
+	}
+	if err := c.NATSLimits.check(); err != nil {
+		return err
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,7 @@ type Daemon struct {
 	unknownCredentials *rate.Limiter
 	tracer             *tracing.Provider
 	ns                 *server.Server
+	natsCert           *natsCertificate               // the embedded server's, nil without nats_tls
 	keys               atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
 	lock               *os.File
 	nc                 *nats.Conn
@@ -93,6 +95,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	started := time.Now()
 	cfg = cfg.withDefaults()
 	if err := cfg.checkLimits(); err != nil {
+		return nil, err
+	}
+	if err := checkNATSTLS(cfg); err != nil {
 		return nil, err
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
@@ -137,8 +142,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 		auditAdmin = embedded.NewAuditAdmin()
 		defer auditAdmin.Revoke() // used once below, at most; never after Start
+		var serverTLS *tls.Config
+		if cfg.NATSTLS.CertFile != "" {
+			if d.natsCert, err = loadNATSCertificate(cfg.NATSTLS.CertFile, cfg.NATSTLS.KeyFile); err != nil {
+				return nil, err
+			}
+			serverTLS = d.natsCert.serverConfig()
+		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
+			TLS: serverTLS, AllowNonTLS: cfg.NATSTLS.AllowNonTLS, Limits: cfg.NATSLimits.serverLimits(),
 			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
@@ -158,12 +171,42 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// RetryOnFailedConnect: a NATS cluster that is still starting
 		// (systemd, Kubernetes) is waited for; the bucket set-up below
 		// retries for a minute before a2ad gives up.
-		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		// A TLS handshake that fails ends the wait at once: more waiting
+		// would not mend a certificate.
+		tlsFailed := make(chan error, 1)
+		connected := make(chan struct{}, 1)
+		opts := append(cfg.NATSTLS.clientOptions(), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
-			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
+			nats.ConnectHandler(func(*nats.Conn) {
+				select {
+				case connected <- struct{}{}:
+				default:
+				}
+			}),
+			nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+				if f := natsTLSFailure(cfg.NATSTLS, err); f != nil {
+					select {
+					case tlsFailed <- f:
+					default:
+					}
+				}
+			}))
+		d.nc, err = nats.Connect(cfg.NATSURL, opts...)
 		if err == nil && !d.nc.IsConnected() {
 			log.Warn("NATS not reachable yet; waiting for it (up to a minute)", "nats", RedactURLs(cfg.NATSURL))
+			select {
+			case <-connected:
+			case f := <-tlsFailed:
+				d.nc.Close()
+				d.nc = nil // the error says it all
+				return nil, fmt.Errorf("NATS at %s: %w", RedactURLs(cfg.NATSURL), f)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Minute):
+				// The bucket set-up below retries and then says why.
+			}
 		}
 	}
 	if err != nil {
