@@ -171,41 +171,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// RetryOnFailedConnect: a NATS cluster that is still starting
 		// (systemd, Kubernetes) is waited for; the bucket set-up below
 		// retries for a minute before a2ad gives up.
-		// A TLS handshake that fails ends the wait at once: more waiting
-		// would not mend a certificate.
-		tlsFailed := make(chan error, 1)
-		connected := make(chan struct{}, 1)
-		opts := append(cfg.NATSTLS.clientOptions(), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		d.nc, err = nats.Connect(cfg.NATSURL, append(cfg.NATSTLS.clientOptions(), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
-			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
-			nats.ConnectHandler(func(*nats.Conn) {
-				select {
-				case connected <- struct{}{}:
-				default:
-				}
-			}),
-			nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-				if f := natsTLSFailure(cfg.NATSTLS, err); f != nil {
-					select {
-					case tlsFailed <- f:
-					default:
-					}
-				}
-			}))
-		d.nc, err = nats.Connect(cfg.NATSURL, opts...)
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))...)
 		if err == nil && !d.nc.IsConnected() {
 			log.Warn("NATS not reachable yet; waiting for it (up to a minute)", "nats", RedactURLs(cfg.NATSURL))
-			select {
-			case <-connected:
-			case f := <-tlsFailed:
+			if err := awaitNATS(ctx, d.nc, cfg.NATSTLS); err != nil {
 				d.nc.Close()
 				d.nc = nil // the error says it all
-				return nil, fmt.Errorf("NATS at %s: %w", RedactURLs(cfg.NATSURL), f)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(time.Minute):
-				// The bucket set-up below retries and then says why.
+				return nil, fmt.Errorf("NATS at %s: %w", RedactURLs(cfg.NATSURL), err)
 			}
 		}
 	}

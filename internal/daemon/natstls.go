@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -258,8 +259,8 @@ func (t NATSTLSConfig) clientOptions() []nats.Option {
 // external NATS server that failed: one that more waiting would not mend.
 // nil if err is no such failure.
 func natsTLSFailure(t NATSTLSConfig, err error) error {
-	if !errors.Is(err, nats.ErrTLS) {
-		return nil
+	if errors.Is(err, nats.ErrSecureConnWanted) {
+		return fmt.Errorf("the NATS server offers no TLS, and a2ad connects over TLS only (tls:// URLs, nats_tls.ca_file or client_cert_file set): %w", err)
 	}
 	var verify *tls.CertificateVerificationError
 	if errors.As(err, &verify) {
@@ -270,14 +271,42 @@ func natsTLSFailure(t NATSTLSConfig, err error) error {
 		return fmt.Errorf("the NATS server's certificate does not verify with %s: %w", by, err)
 	}
 	var alert tls.AlertError
-	if errors.As(err, &alert) {
-		mine := "a2ad presented no client certificate (set nats_tls.client_cert_file and client_key_file, flags --nats-client-cert, --nats-client-key)"
-		if t.ClientCertFile != "" {
-			mine = "check nats_tls.client_cert_file " + t.ClientCertFile + " against the server's CA"
-		}
-		return fmt.Errorf("the NATS server refused a2ad's TLS handshake; %s: %w", mine, err)
+	if !errors.Is(err, nats.ErrTLS) && !errors.As(err, &alert) {
+		return nil
 	}
-	return fmt.Errorf("TLS with the NATS server failed: %w", err)
+	// A server that verifies clients (verify: true) closes the connection
+	// at the handshake when it refuses their certificate: with TLS 1.3 the
+	// client sees an alert or the connection closed right after it.
+	mine := "a2ad presented no client certificate (set nats_tls.client_cert_file and client_key_file, flags --nats-client-cert, --nats-client-key)"
+	if t.ClientCertFile != "" {
+		mine = "check that nats_tls.client_cert_file " + t.ClientCertFile + " is issued by a CA the server trusts"
+	}
+	return fmt.Errorf("the NATS server refused a2ad's TLS handshake; %s: %w", mine, err)
+}
+
+// awaitNATS waits, up to a minute, for nc's first connection: a NATS
+// cluster may still be starting. A failed TLS handshake ends the wait at
+// once, with [natsTLSFailure]'s reason: more waiting would not mend a
+// certificate. (nats.go reports failed handshakes only as LastError, in
+// the pause between two attempts, hence the polling.) After a minute it
+// returns nil and the bucket set-up says what is wrong.
+func awaitNATS(ctx context.Context, nc *nats.Conn, t NATSTLSConfig) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for !nc.IsConnected() {
+		select {
+		case <-tick.C:
+			if f := natsTLSFailure(t, nc.LastError()); f != nil {
+				return f
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return nil
+		}
+	}
+	return nil
 }
 
 // ReloadNATSCertificate reads the embedded server's certificate files

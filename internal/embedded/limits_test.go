@@ -27,8 +27,9 @@ func startLimited(t *testing.T, l Limits, password string) *server.Server {
 // raw is a client that speaks the NATS protocol by hand, as an agent
 // ignoring its library's checks would.
 type raw struct {
-	c net.Conn
-	r *bufio.Reader
+	c    net.Conn
+	r    *bufio.Reader
+	wait time.Duration // for each line; default 10 s
 }
 
 func dialRaw(t *testing.T, s *server.Server) *raw {
@@ -49,7 +50,11 @@ func dialRaw(t *testing.T, s *server.Server) *raw {
 // closed the connection.
 func (r *raw) line(t *testing.T) string {
 	t.Helper()
-	_ = r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	wait := r.wait
+	if wait == 0 {
+		wait = 10 * time.Second
+	}
+	_ = r.c.SetReadDeadline(time.Now().Add(wait))
 	l, err := r.r.ReadString('\n')
 	if err != nil {
 		if l == "" {
@@ -192,6 +197,7 @@ func TestMaxConnectionsRefusesNewOnly(t *testing.T) {
 func TestAuthTimeoutClosesSilentConnections(t *testing.T) {
 	s := startLimited(t, Limits{AuthTimeout: time.Second}, strings.Repeat("p", 32))
 	r := dialRaw(t, s)
+	r.wait = DefaultLimits.AuthTimeout - time.Second // the configured second, not the default
 	if got := r.line(t); got != "-ERR 'Authentication Timeout'" {
 		t.Fatalf("silent connection got %q, want -ERR 'Authentication Timeout'", got)
 	}
