@@ -1,0 +1,104 @@
+package main
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/testlog"
+)
+
+// As an operator runs it: a2ad with --nats-tls-cert/--nats-tls-key, the
+// agent's credential minted over TLS with the CA, the reference agent
+// binary with --nats-ca; a host's delegation completes. A renewed
+// certificate is taken on SIGHUP while the agent stays connected, and the
+// next delegation completes too.
+func TestAgentOverNATSTLS(t *testing.T) {
+	agentBin := fraudReviewAgent(t)
+	ca := natstest.NewCA(t, "nats")
+	certFile, keyFile := ca.Server(t, "a2ad-nats")
+	dataDir := t.TempDir()
+	d := startDaemon(t, nil, "--config", configFile(t, ""), "--data-dir", dataDir, "--http-addr", "127.0.0.1:0",
+		"--nats-listen", "127.0.0.1:-1", "--nats-tls-cert", certFile, "--nats-tls-key", keyFile)
+	if !strings.HasPrefix(d.NATS, "tls://127.0.0.1:") {
+		t.Fatalf("a2ad reports agents' NATS at %q, want tls://127.0.0.1:…", d.NATS)
+	}
+
+	// Without the CA the operator's tool cannot verify the server.
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--nats-url", d.NATS, "--data-dir", dataDir).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "x509: certificate signed by unknown authority") {
+		t.Errorf("agents credential without --nats-ca: %v\n%s", err, out)
+	}
+	credFile := filepath.Join(t.TempDir(), "fraud-review.jwt")
+	if err := os.WriteFile(credFile, []byte(credentialFor(t, d.NATS, dataDir, "--nats-ca", ca.File)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	agent := exec.Command(agentBin, "--nats-url", d.NATS, "--nats-ca", ca.File, "--credential-file", credFile)
+	var agentLog testlog.Buffer
+	agent.Stderr = &agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLog.String())
+		}
+	})
+	h := connectHost(t, d)
+	first, err := h.delegateWhenAgentKnown(delegateArgs("C-7", 1999, "", 10))
+	if err != nil || first.State != "completed" || first.Artifacts[0].Parts[0].Data["risk_level"] != "low" {
+		t.Fatalf("delegation to the agent over TLS: %v %+v", err, first)
+	}
+
+	ca.Server(t, "a2ad-nats") // renewed in place, as cert-manager does
+	pemBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(pemBytes)
+	renewed, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the certificate reload to be logged", func() bool {
+		return strings.Contains(d.log.String(), `msg="NATS certificate reloaded" subject="CN=a2ad-nats" serial=`+renewed.SerialNumber.Text(16)+" ")
+	})
+	second := h.mustCall("delegate", delegateArgs("C-8", 2999, "", 10))
+	if second.State != "completed" {
+		t.Fatalf("delegation after the reload: %+v", second)
+	}
+	if strings.Contains(agentLog.String(), "disconnected") {
+		t.Errorf("the agent was disconnected by the reload:\n%s", agentLog.String())
+	}
+}
+
+// The real binary refuses plain-text NATS outside loopback, saying how
+// to set up TLS or consent to plain text; with insecure: true it serves.
+func TestServeRefusesPlainTextNATSOutsideLoopback(t *testing.T) {
+	out, err := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--nats-listen", "0.0.0.0:-1").CombinedOutput()
+	want := "config: NATS in plain text outside loopback: nats_listen 0.0.0.0:-1 would take agents' credentials in plain text; " +
+		"set nats_tls.cert_file and nats_tls.key_file (flags --nats-tls-cert FILE --nats-tls-key FILE) for TLS, or insecure: true if the network is secured otherwise"
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), `msg="a2ad did not start" err="`+strings.ReplaceAll(want, `"`, `\"`)) {
+		t.Fatalf("serve on 0.0.0.0 without TLS: %v, want exit 1 with %q\n%s", err, want, out)
+	}
+	out, err = exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--nats-url", "nats://a2ad:secret@192.0.2.1:4222").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "nats_url nats://a2ad:xxxxx@192.0.2.1:4222 would send a2ad's NATS credentials in plain text; use tls:// URLs") || strings.Contains(string(out), "secret") {
+		t.Fatalf("serve with a remote nats:// URL: %v\n%s", err, out)
+	}
+	d := startDaemon(t, nil, "--config", configFile(t, "insecure: true\n"), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--nats-listen", "0.0.0.0:-1")
+	if !strings.HasPrefix(d.NATS, "nats://0.0.0.0:") {
+		t.Fatalf("with insecure: true a2ad reports NATS at %q", d.NATS)
+	}
+}
