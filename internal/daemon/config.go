@@ -220,7 +220,7 @@ func (c Config) checkLimits() error {
 	if c.Storage.CapacityBytes < 0 {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
 	}
-	if err := c.NATSLimits.check(); err != nil {
+	if err := c.NATSLimits.check(len(c.Agents)); err != nil {
 		return err
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {

@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
-			TLS: serverTLS, AllowNonTLS: cfg.NATSTLS.AllowNonTLS, Limits: cfg.NATSLimits.serverLimits(),
+			TLS: serverTLS, AllowNonTLS: cfg.NATSTLS.AllowNonTLS, Limits: cfg.NATSLimits.serverLimits(len(cfg.Agents)),
 			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)

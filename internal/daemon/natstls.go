@@ -58,8 +58,11 @@ type NATSLimits struct {
 	MaxConnections int `yaml:"max_connections"`
 	// MaxSubscriptionsPerConnection is the most subscriptions one
 	// connection may hold; a SUB beyond is refused ("maximum
-	// subscriptions exceeded"). At least 256 (a2ad's own connection holds
-	// a few per configured agent). Default 1024.
+	// subscriptions exceeded"). a2ad's own connection holds one per
+	// configured agent (its events consumer) and a few more (4 with one
+	// agent, 203 with 200, measured), so at least the number of agents +
+	// 32, and at least 64. Default 1024, or the number of agents + 256 if
+	// that is more.
 	MaxSubscriptionsPerConnection int `yaml:"max_subscriptions_per_connection"`
 	// MaxPendingBytes is what the server buffers for one connection that
 	// reads too slowly; beyond it, or a write stuck longer than
@@ -76,21 +79,32 @@ type NATSLimits struct {
 	MaxPingsOut         int `yaml:"max_pings_out"`
 }
 
-// serverLimits returns l as the embedded server's limits, defaults filled.
-func (l NATSLimits) serverLimits() embedded.Limits {
+// ownSubscriptions is the most subscriptions a2ad's own connection holds
+// beside one per configured agent, with room to spare.
+const ownSubscriptions = 32
+
+// serverLimits returns l as the embedded server's limits, defaults filled,
+// for a2ad with agents configured agents.
+func (l NATSLimits) serverLimits(agents int) embedded.Limits {
+	if l.MaxSubscriptionsPerConnection == 0 {
+		l.MaxSubscriptionsPerConnection = max(embedded.DefaultLimits.MaxSubscriptions, agents+256)
+	}
 	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
 	return embedded.Limits{MaxConnections: l.MaxConnections, MaxSubscriptions: l.MaxSubscriptionsPerConnection,
 		MaxPendingBytes: l.MaxPendingBytes, WriteDeadline: sec(l.WriteDeadlineSeconds), AuthTimeout: sec(l.AuthTimeoutSeconds),
 		PingInterval: sec(l.PingIntervalSeconds), MaxPingsOut: l.MaxPingsOut}.Or(embedded.DefaultLimits)
 }
 
-// check refuses limits a2ad could not run under, naming the key.
-func (l NATSLimits) check() error {
+// check refuses limits a2ad could not run under with agents configured
+// agents, naming the key.
+func (l NATSLimits) check(agents int) error {
+	if need := max(64, agents+ownSubscriptions); l.MaxSubscriptionsPerConnection != 0 && l.MaxSubscriptionsPerConnection < need {
+		return fmt.Errorf("config: nats_limits.max_subscriptions_per_connection %d: want at least %d (a2ad's own connection holds one per configured agent, %d, and a few more), or 0 for the default",
+			l.MaxSubscriptionsPerConnection, need, agents)
+	}
 	switch {
 	case l.MaxConnections < 0 || (l.MaxConnections > 0 && l.MaxConnections < 2):
 		return fmt.Errorf("config: nats_limits.max_connections %d: want at least 2 (a2ad's own connection and one agent's), or 0 for the default", l.MaxConnections)
-	case l.MaxSubscriptionsPerConnection < 0 || (l.MaxSubscriptionsPerConnection > 0 && l.MaxSubscriptionsPerConnection < 256):
-		return fmt.Errorf("config: nats_limits.max_subscriptions_per_connection %d: want at least 256 (a2ad's own connection holds a few per agent), or 0 for the default", l.MaxSubscriptionsPerConnection)
 	case l.MaxPendingBytes < 0 || (l.MaxPendingBytes > 0 && l.MaxPendingBytes < 16<<20):
 		return fmt.Errorf("config: nats_limits.max_pending_bytes %d: want at least 16777216 (16 MiB), or 0 for the default", l.MaxPendingBytes)
 	case l.WriteDeadlineSeconds < 0:

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -231,7 +232,9 @@ func TestNATSConfigurationRefusals(t *testing.T) {
 		{"ca_file that is no certificate", daemon.Config{NATSURL: "tls://127.0.0.1:4222", NATSTLS: daemon.NATSTLSConfig{CAFile: keyFile}}, false,
 			"config: nats_tls.ca_file " + keyFile + ": no PEM certificate in it"},
 		{"too few subscriptions per connection", daemon.Config{NATSLimits: daemon.NATSLimits{MaxSubscriptionsPerConnection: 16}}, false,
-			"config: nats_limits.max_subscriptions_per_connection 16: want at least 256"},
+			"config: nats_limits.max_subscriptions_per_connection 16: want at least 64 (a2ad's own connection holds one per configured agent, 0, and a few more)"},
+		{"fewer subscriptions per connection than agents", daemon.Config{NATSLimits: daemon.NATSLimits{MaxSubscriptionsPerConnection: 100}, Agents: manyAgents(80)}, false,
+			"config: nats_limits.max_subscriptions_per_connection 100: want at least 112 (a2ad's own connection holds one per configured agent, 80, and a few more)"},
 		{"max_pending_bytes too small", daemon.Config{NATSLimits: daemon.NATSLimits{MaxPendingBytes: 1 << 20}}, false,
 			"config: nats_limits.max_pending_bytes 1048576: want at least 16777216"},
 	} {
@@ -333,4 +336,12 @@ func TestExternalNATSOverTLS(t *testing.T) {
 	if want := "NATS at " + url + ": the NATS server refused a2ad's TLS handshake; a2ad presented no client certificate (set nats_tls.client_cert_file and client_key_file"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("without a client certificate: %v, want %q…", err, want)
 	}
+}
+
+func manyAgents(n int) []daemon.AgentConfig {
+	var agents []daemon.AgentConfig
+	for i := range n {
+		agents = append(agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: fmt.Sprintf("agent-%d", i), Tenants: []string{"default"}}})
+	}
+	return agents
 }
