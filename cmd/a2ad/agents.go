@@ -230,6 +230,9 @@ func mintDirect(ctx context.Context, natsURL, caFile, dataDir string, replicas i
 		if errors.Is(err, nats.ErrAuthorization) {
 			return admin.Credential{}, fmt.Errorf("NATS %s: %w (a2ad's NATS user is needed: in the URL, or --data-dir of the daemon that embeds this server)", natsURL, err)
 		}
+		if errors.Is(err, nats.ErrTLS) && caFile == "" {
+			return admin.Credential{}, fmt.Errorf("NATS %s: %w (give the CA that issued the server's certificate with --nats-ca FILE)", natsURL, err)
+		}
 		return admin.Credential{}, fmt.Errorf("NATS %s: %w", natsURL, err)
 	}
 	defer nc.Close()
