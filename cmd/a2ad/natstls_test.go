@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/testlog"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // As an operator runs it: a2ad with --nats-tls-cert/--nats-tls-key, the
@@ -100,5 +101,54 @@ func TestServeRefusesPlainTextNATSOutsideLoopback(t *testing.T) {
 	d := startDaemon(t, nil, "--config", configFile(t, "insecure: true\n"), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--nats-listen", "0.0.0.0:-1")
 	if !strings.HasPrefix(d.NATS, "nats://0.0.0.0:") {
 		t.Fatalf("with insecure: true a2ad reports NATS at %q", d.NATS)
+	}
+}
+
+// a2ad and the reference agent on an external NATS that requires TLS and
+// verifies clients, each with the CA and its own client certificate, as
+// flags: the delegation completes, and the server saw both certificates.
+func TestExternalNATSWithMutualTLS(t *testing.T) {
+	agentBin := fraudReviewAgent(t)
+	ca := natstest.NewCA(t, "nats")
+	s := natstest.StartTLS(t, ca)
+	a2adCert, a2adKey := ca.Client(t, "a2ad")
+	agentCert, agentKey := ca.Client(t, "fraud-review")
+	d := startDaemon(t, nil, "--config", configFile(t, ""), "--nats-url", s.ClientURL(), "--nats-ca", ca.File,
+		"--nats-client-cert", a2adCert, "--nats-client-key", a2adKey, "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0")
+	credFile := filepath.Join(t.TempDir(), "fraud-review.jwt")
+	if err := os.WriteFile(credFile, []byte(credential(t, d, "fraud-review")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command(agentBin, "--nats-url", s.ClientURL(), "--nats-ca", ca.File, "--nats-client-cert", agentCert, "--nats-client-key", agentKey,
+		"--credential-file", credFile)
+	var agentLog testlog.Buffer
+	agent.Stderr = &agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = agent.Process.Kill()
+		_ = agent.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLog.String())
+		}
+	})
+	h := connectHost(t, d)
+	got, err := h.delegateWhenAgentKnown(delegateArgs("C-7", 1999, "", 10))
+	if err != nil || got.State != "completed" {
+		t.Fatalf("delegation over mutual TLS: %v %+v", err, got)
+	}
+	cz, err := s.Connz(&server.ConnzOptions{Username: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[string]string{}
+	for _, c := range cz.Conns {
+		if len(c.TLSPeerCerts) > 0 {
+			peers[c.Name] = c.TLSPeerCerts[0].Subject
+		}
+	}
+	if peers["a2ad"] != "CN=a2ad" || peers["fraud-review-agent/fraud-review"] != "CN=fraud-review" {
+		t.Errorf("client certificates the server saw, by connection name: %v; want a2ad CN=a2ad, fraud-review-agent/fraud-review CN=fraud-review", peers)
 	}
 }

@@ -259,36 +259,13 @@ func TestNATSConfigurationRefusals(t *testing.T) {
 	})
 }
 
-// startVerifyingNATS starts a nats-server with JetStream that requires
-// TLS with a client certificate from ca (verify: true).
-func startVerifyingNATS(t *testing.T, ca *natstest.CA) *server.Server {
-	t.Helper()
-	certFile, keyFile := ca.Server(t, "nats-server")
-	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: certFile, KeyFile: keyFile, CaFile: ca.File, Verify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 4 << 30, NoSigs: true, NoLog: true,
-		TLSConfig: tc, TLSVerify: true, TLSTimeout: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
-
 // a2ad on an external NATS that requires TLS and verifies clients: with
 // nats_tls.ca_file and a client certificate it connects (the server sees
 // a2ad's certificate); with another CA, or without a client certificate,
 // it does not start, and says which setting to look at.
 func TestExternalNATSOverTLS(t *testing.T) {
 	ca := natstest.NewCA(t, "nats")
-	s := startVerifyingNATS(t, ca)
+	s := natstest.StartTLS(t, ca)
 	url := s.ClientURL()
 	if !strings.HasPrefix(url, "tls://") {
 		t.Fatalf("server URL %q", url)

@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // CA is a certificate authority made at test time (crypto/x509, ECDSA
@@ -106,4 +109,29 @@ func writePEM(t testing.TB, path, kind string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// StartTLS starts a nats-server with JetStream on a free loopback port that
+// requires TLS with a client certificate issued by ca (verify: true), with
+// its own certificate from ca; no users. Shut down at test end.
+func StartTLS(t testing.TB, ca *CA) *server.Server {
+	t.Helper()
+	certFile, keyFile := ca.Server(t, "nats-server")
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: certFile, KeyFile: keyFile, CaFile: ca.File, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: embedded.DefaultMaxStore, NoSigs: true, NoLog: true,
+		TLSConfig: tc, TLSVerify: true, TLSTimeout: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server with TLS not ready within 10s")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
 }
