@@ -322,3 +322,62 @@ func manyAgents(n int) []daemon.AgentConfig {
 	}
 	return agents
 }
+
+// 2,000 idle connections that never authenticate neither keep an agent
+// out nor stay: an agent with its credential connects over TLS beside
+// them, and the server closes every one of them after
+// nats_limits.auth_timeout_seconds.
+func TestIdleUnauthenticatedNATSConnectionsAreClosed(t *testing.T) {
+	ca := natstest.NewCA(t, "nats")
+	certFile, keyFile := ca.Server(t, "a2ad-nats")
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1",
+		NATSTLS: daemon.NATSTLSConfig{CertFile: certFile, KeyFile: keyFile}, NATSLimits: daemon.NATSLimits{AuthTimeoutSeconds: 1},
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}}, quiet(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	hostPort := strings.TrimPrefix(d.NATSURL, "tls://")
+	const idle = 2000
+	conns := make([]net.Conn, 0, idle)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range idle {
+		c, err := net.Dial("tcp", hostPort)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	agent, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("fraud-review", agentCredential(t, d)), nats.RootCAs(ca.File), nats.MaxReconnects(0))...)
+	if err != nil {
+		t.Fatalf("agent beside %d idle connections: %v", idle, err)
+	}
+	defer agent.Close()
+	closed := make(chan bool, idle)
+	// Before the default auth timeout (5 s): the configured second holds.
+	until := time.Now().Add(4 * time.Second)
+	for _, c := range conns {
+		go func() {
+			_ = c.SetReadDeadline(until)
+			_, err := io.Copy(io.Discard, c) // INFO, the -ERR, then EOF
+			var ne net.Error
+			closed <- !(errors.As(err, &ne) && ne.Timeout())
+		}()
+	}
+	n := 0
+	for range idle {
+		if <-closed {
+			n++
+		}
+	}
+	if n != idle {
+		t.Fatalf("%d of %d idle unauthenticated connections closed by the server, want all", n, idle)
+	}
+	if err := agent.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatalf("the agent's connection after the idle ones went: %v", err)
+	}
+}
