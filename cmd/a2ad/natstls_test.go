@@ -102,6 +102,9 @@ func TestServeRefusesPlainTextNATSOutsideLoopback(t *testing.T) {
 	if !strings.HasPrefix(d.NATS, "nats://0.0.0.0:") {
 		t.Fatalf("with insecure: true a2ad reports NATS at %q", d.NATS)
 	}
+	if want := `level=WARN msg="NATS in plain text outside loopback, as insecure: true allows: agents' credentials and a2ad's NATS password cross the network readable" nats="nats_listen 0.0.0.0:-1"`; !strings.Contains(d.log.String(), want) {
+		t.Errorf("with insecure: true the log lacks %s:\n%s", want, d.log.String())
+	}
 }
 
 // a2ad and the reference agent on an external NATS that requires TLS and

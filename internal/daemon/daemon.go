@@ -97,8 +97,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if err := cfg.checkLimits(); err != nil {
 		return nil, err
 	}
-	if err := checkNATSTLS(cfg); err != nil {
+	plainNATS, err := checkNATSTLS(cfg)
+	if err != nil {
 		return nil, err
+	}
+	if plainNATS != "" {
+		log.Warn("NATS in plain text outside loopback, as insecure: true allows: agents' credentials and a2ad's NATS password cross the network readable", "nats", plainNATS)
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)

@@ -126,8 +126,23 @@ var ErrNATSPlainText = errors.New("config: NATS in plain text outside loopback")
 
 // checkNATSTLS refuses a nats_tls block that does not fit the set-up
 // (embedded server or nats_url), files that do not load, and plain text
-// outside loopback without insecure: true ([ErrNATSPlainText]).
-func checkNATSTLS(c Config) error {
+// outside loopback without insecure: true ([ErrNATSPlainText]). With
+// insecure: true it returns what is in plain text outside loopback
+// instead ("" if nothing), for a warning.
+func checkNATSTLS(c Config) (plainText string, err error) {
+	err = c.checkNATSTLS(func(what string, refusal error) error {
+		if c.Insecure {
+			plainText = what
+			return nil
+		}
+		return refusal
+	})
+	return plainText, err
+}
+
+// checkNATSTLS is [checkNATSTLS]; plain decides on plain text outside
+// loopback (what is in plain text, and the refusal).
+func (c Config) checkNATSTLS(plain func(what string, refusal error) error) error {
 	t := c.NATSTLS
 	if (t.CertFile == "") != (t.KeyFile == "") {
 		return errors.New("config: nats_tls.cert_file and nats_tls.key_file go together (flags --nats-tls-cert, --nats-tls-key): set both or neither")
@@ -149,16 +164,16 @@ func checkNATSTLS(c Config) error {
 				return err
 			}
 		}
-		if c.Insecure || loopback(hostOf(c.NATSListen)) {
+		if loopback(hostOf(c.NATSListen)) {
 			return nil
 		}
 		if t.CertFile == "" {
-			return fmt.Errorf("%w: nats_listen %s would take agents' credentials in plain text; set nats_tls.cert_file and nats_tls.key_file (flags --nats-tls-cert FILE --nats-tls-key FILE) for TLS, "+
-				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, c.NATSListen)
+			return plain("nats_listen "+c.NATSListen, fmt.Errorf("%w: nats_listen %s would take agents' credentials in plain text; set nats_tls.cert_file and nats_tls.key_file (flags --nats-tls-cert FILE --nats-tls-key FILE) for TLS, "+
+				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, c.NATSListen))
 		}
 		if t.AllowNonTLS {
-			return fmt.Errorf("%w: nats_tls.allow_non_tls on nats_listen %s would take agents' credentials in plain text; remove it, or set insecure: true if the network is secured otherwise",
-				ErrNATSPlainText, c.NATSListen)
+			return plain("nats_listen "+c.NATSListen+" with nats_tls.allow_non_tls", fmt.Errorf("%w: nats_tls.allow_non_tls on nats_listen %s would take agents' credentials in plain text; remove it, or set insecure: true if the network is secured otherwise",
+				ErrNATSPlainText, c.NATSListen))
 		}
 		return nil
 	}
@@ -182,7 +197,7 @@ func checkNATSTLS(c Config) error {
 			return fmt.Errorf("config: nats_tls.client_cert_file %s and client_key_file %s: %w", t.ClientCertFile, t.ClientKeyFile, err)
 		}
 	}
-	if c.Insecure || t.CAFile != "" || t.ClientCertFile != "" {
+	if t.CAFile != "" || t.ClientCertFile != "" {
 		return nil // nats.go then connects over TLS only
 	}
 	for _, raw := range strings.Split(c.NATSURL, ",") {
@@ -192,14 +207,14 @@ func checkNATSTLS(c Config) error {
 		}
 		p, err := url.Parse(u)
 		if err != nil {
-			return fmt.Errorf("config: nats_url %s: not a URL", RedactURLs(raw))
+			return plain("nats_url", fmt.Errorf("config: nats_url %s: not a URL", RedactURLs(raw)))
 		}
 		if p.Scheme == "tls" {
 			return nil // nats.go then connects over TLS only, to every URL
 		}
 		if !loopback(p.Hostname()) {
-			return fmt.Errorf("%w: nats_url %s would send a2ad's NATS credentials in plain text; use tls:// URLs (with nats_tls.ca_file, flag --nats-ca FILE, unless the system's roots verify the server), "+
-				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, RedactURLs(raw))
+			return plain("nats_url "+RedactURLs(raw), fmt.Errorf("%w: nats_url %s would send a2ad's NATS credentials in plain text; use tls:// URLs (with nats_tls.ca_file, flag --nats-ca FILE, unless the system's roots verify the server), "+
+				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, RedactURLs(raw)))
 		}
 	}
 	return nil
