@@ -334,9 +334,11 @@ func TestServeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`--data-dir string      directory for the embedded NATS JetStream state (default "./a2ad-data")`,
+	// Spaces collapsed: the help's columns widen with the longest flag.
+	help := strings.Join(strings.Fields(string(out)), " ")
+	for _, want := range []string{`--data-dir string directory for the embedded NATS JetStream state (default "./a2ad-data")`,
 		`(default "127.0.0.1:8080")`, `(default "127.0.0.1:4222")`, "--nats-url string", "--stdio"} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(help, want) {
 			t.Errorf("serve --help lacks %q:\n%s", want, out)
 		}
 	}
