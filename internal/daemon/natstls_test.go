@@ -27,9 +27,9 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startTLS starts a2ad (stdio mode: no HTTP) with the embedded server on
+// startNATSTLS starts a2ad (stdio mode: no HTTP) with the embedded server on
 // a free loopback port and tls as its nats_tls block.
-func startTLS(t *testing.T, tls daemon.NATSTLSConfig) *daemon.Daemon {
+func startNATSTLS(t *testing.T, tls daemon.NATSTLSConfig) *daemon.Daemon {
 	t.Helper()
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1", NATSTLS: tls,
 		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}}, quiet(), false)
@@ -94,7 +94,7 @@ func plainConnect(t *testing.T, hostPort, cred string) (info, after string) {
 func TestEmbeddedNATSRequiresTLS(t *testing.T) {
 	ca := natstest.NewCA(t, "nats")
 	certFile, keyFile := ca.Server(t, "a2ad-nats")
-	d := startTLS(t, daemon.NATSTLSConfig{CertFile: certFile, KeyFile: keyFile})
+	d := startNATSTLS(t, daemon.NATSTLSConfig{CertFile: certFile, KeyFile: keyFile})
 	if !strings.HasPrefix(d.NATSURL, "tls://127.0.0.1:") {
 		t.Fatalf("agents' URL %q, want tls://127.0.0.1:…", d.NATSURL)
 	}
@@ -182,7 +182,7 @@ func TestEmbeddedNATSRequiresTLS(t *testing.T) {
 func TestAllowNonTLSLetsPlainAgentsIn(t *testing.T) {
 	ca := natstest.NewCA(t, "nats")
 	certFile, keyFile := ca.Server(t, "a2ad-nats")
-	d := startTLS(t, daemon.NATSTLSConfig{CertFile: certFile, KeyFile: keyFile, AllowNonTLS: true})
+	d := startNATSTLS(t, daemon.NATSTLSConfig{CertFile: certFile, KeyFile: keyFile, AllowNonTLS: true})
 	cred := agentCredential(t, d)
 	hostPort := strings.TrimPrefix(d.NATSURL, "tls://")
 	plain, err := nats.Connect("nats://"+hostPort, append(refagent.ConnectOptions("fraud-review", cred), nats.MaxReconnects(0))...)
