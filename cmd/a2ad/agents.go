@@ -104,7 +104,7 @@ func newAgents() *cobra.Command {
 	}
 	quarantine.Flags().StringVar(&reason, "reason", "", "why (default: quarantined by operator)")
 	var ttl time.Duration
-	var natsURL string
+	var natsURL, natsCA string
 	var replicas int
 	credential := &cobra.Command{
 		Use:   "credential ID [--ttl 2160h]",
@@ -128,7 +128,7 @@ Its jti is printed on stderr and recorded in the audit trail:
 			var raw []byte
 			var err error
 			if natsURL != "" {
-				res, err = mintDirect(c.Context(), natsURL, f.dataDir, replicas, args[0], ttl)
+				res, err = mintDirect(c.Context(), natsURL, natsCA, f.dataDir, replicas, args[0], ttl)
 				if err == nil {
 					raw, err = json.MarshalIndent(res, "", "  ")
 					raw = append(raw, '\n')
@@ -151,6 +151,7 @@ Its jti is printed on stderr and recorded in the audit trail:
 	}
 	credential.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default 2160h = 90 days; at most 9600h = 400 days)")
 	credential.Flags().StringVar(&natsURL, "nats-url", "", "mint without the admin API, with the key a2ad keeps in NATS (for stdio-only set-ups); needs a2ad's NATS user: in the URL, or the embedded server's from --data-dir")
+	credential.Flags().StringVar(&natsCA, "nats-ca", "", "with --nats-url: the CA certificate (PEM) that verifies the NATS server over TLS (the issuer of nats_tls.cert_file)")
 	credential.Flags().IntVar(&replicas, "replicas", 1, "with --nats-url: replicas of the a2ad_secrets bucket if this creates it (as a2ad's replicas)")
 	var jti string
 	var quarantineToo bool
@@ -259,9 +260,13 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 // mintDirect mints a credential with the shared key read from NATS (the
 // a2ad_secrets bucket), as a2ad itself does: for set-ups with no HTTP
 // listener. On the embedded server it connects as user a2ad with the
-// password in dataDir, unless the URL names a user.
-func mintDirect(ctx context.Context, natsURL, dataDir string, replicas int, id string, ttl time.Duration) (admin.Credential, error) {
+// password in dataDir, unless the URL names a user; caFile, if set,
+// verifies the server over TLS.
+func mintDirect(ctx context.Context, natsURL, caFile, dataDir string, replicas int, id string, ttl time.Duration) (admin.Credential, error) {
 	opts := []nats.Option{nats.Name("a2ad agents credential"), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), nats.Timeout(5 * time.Second)}
+	if caFile != "" {
+		opts = append(opts, nats.RootCAs(caFile))
+	}
 	if u, err := url.Parse(strings.Split(natsURL, ",")[0]); err == nil && u.User == nil {
 		if pw, err := os.ReadFile(daemon.DaemonPasswordPath(dataDir)); err == nil {
 			opts = append(opts, nats.UserInfo(embedded.DaemonUser, strings.TrimSpace(string(pw))))
@@ -271,6 +276,9 @@ func mintDirect(ctx context.Context, natsURL, dataDir string, replicas int, id s
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
 			return admin.Credential{}, fmt.Errorf("NATS %s: %w (a2ad's NATS user is needed: in the URL, or --data-dir of the daemon that embeds this server)", natsURL, err)
+		}
+		if errors.Is(err, nats.ErrTLS) && caFile == "" {
+			return admin.Credential{}, fmt.Errorf("NATS %s: %w (give the CA that issued the server's certificate with --nats-ca FILE)", natsURL, err)
 		}
 		return admin.Credential{}, fmt.Errorf("NATS %s: %w", natsURL, err)
 	}

@@ -2,6 +2,7 @@
 //
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
 //	           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
+//	           [--nats-tls-cert FILE --nats-tls-key FILE] [--nats-ca FILE] [--nats-client-cert FILE --nats-client-key FILE]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]
@@ -74,6 +75,11 @@ func newServe() *cobra.Command {
 			override("tls-cert", &cfg.TLS.CertFile, o.TLS.CertFile)
 			override("tls-key", &cfg.TLS.KeyFile, o.TLS.KeyFile)
 			override("tls-client-ca", &cfg.TLS.ClientCAFile, o.TLS.ClientCAFile)
+			override("nats-tls-cert", &cfg.NATSTLS.CertFile, o.NATSTLS.CertFile)
+			override("nats-tls-key", &cfg.NATSTLS.KeyFile, o.NATSTLS.KeyFile)
+			override("nats-ca", &cfg.NATSTLS.CAFile, o.NATSTLS.CAFile)
+			override("nats-client-cert", &cfg.NATSTLS.ClientCertFile, o.NATSTLS.ClientCertFile)
+			override("nats-client-key", &cfg.NATSTLS.ClientKeyFile, o.NATSTLS.ClientKeyFile)
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line
@@ -133,6 +139,11 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.TLS.CertFile, "tls-cert", "", "serve HTTP over TLS with this PEM certificate (chain); reloaded on SIGHUP (config tls.cert_file)")
 	f.StringVar(&o.TLS.KeyFile, "tls-key", "", "the PEM private key of --tls-cert (config tls.key_file)")
 	f.StringVar(&o.TLS.ClientCAFile, "tls-client-ca", "", "require, on the admin API, client certificates of these PEM CAs besides the token (config tls.client_ca_file)")
+	f.StringVar(&o.NATSTLS.CertFile, "nats-tls-cert", "", "embedded NATS server's TLS certificate (PEM): agents must then connect over TLS (nats_tls.cert_file)")
+	f.StringVar(&o.NATSTLS.KeyFile, "nats-tls-key", "", "embedded NATS server's TLS private key (PEM) (nats_tls.key_file)")
+	f.StringVar(&o.NATSTLS.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the --nats-url server; TLS only (nats_tls.ca_file)")
+	f.StringVar(&o.NATSTLS.ClientCertFile, "nats-client-cert", "", "client certificate (PEM) a2ad presents to the --nats-url server (nats_tls.client_cert_file)")
+	f.StringVar(&o.NATSTLS.ClientKeyFile, "nats-client-key", "", "private key (PEM) of --nats-client-cert (nats_tls.client_key_file)")
 	return cmd
 }
 
@@ -157,6 +168,7 @@ func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-
 			} else if !errors.Is(err, daemon.ErrNoTLS) {
 				log.Error("TLS certificate not reloaded; the previous one stays in force", "err", err)
 			}
+			reloadNATSCertificate(d, log)
 			ch, err := d.ReloadSchemas()
 			if err != nil {
 				log.Error("host schemas not reloaded; the previous ones stay in force", "err", err)

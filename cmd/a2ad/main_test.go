@@ -196,7 +196,7 @@ func TestServeStdioWithExternalNATS(t *testing.T) {
 	}
 }
 
-var servingLine = regexp.MustCompile(`nats=(nats://\S+) mcp=(https?://\S+)/mcp`)
+var servingLine = regexp.MustCompile(`nats=((?:nats|tls)://\S+) mcp=(https?://\S+)/mcp`)
 
 // serveHTTP starts `a2ad serve` with an embedded NATS server on free ports
 // and returns the NATS URL and HTTP base URL it reports.

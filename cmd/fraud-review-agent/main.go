@@ -6,6 +6,7 @@
 // Usage:
 //
 //	fraud-review-agent --credential-file fraud-review.jwt [--nats-url nats://127.0.0.1:4222]
+//	    [--nats-ca ca.pem [--nats-client-cert cert.pem --nats-client-key key.pem]]
 //	    [--agent-id fraud-review] [--card card.json] [--misbehave mode:caseId[,mode:caseId]]...
 //
 // The credential is the agent's identity: mint it with `a2ad agents
@@ -16,6 +17,13 @@
 // token and gives it the agent's own subjects only; on an external server,
 // put the NATS user in the URL (nats://user:password@host:4222).
 //
+// Over TLS (a2ad's nats_tls, or a NATS server with tls), --nats-ca (env
+// A2AD_NATS_CA) is the CA certificate that verifies the server; with it
+// the agent connects over TLS only, whatever the URL's scheme (tls://
+// says so too). --nats-client-cert and --nats-client-key present a client
+// certificate to a server that verifies clients. The files are read again
+// at each reconnection, so renewed ones are used without a restart.
+//
 // Misbehaviour modes (for testing a2ad): invalid-artifact, silent,
 // illegal-transition. Logs go to stderr. It reconnects to NATS forever and
 // stops on SIGINT or SIGTERM.
@@ -23,6 +31,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,6 +65,9 @@ func run(args []string, log *slog.Logger) error {
 	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	agentID := fs.String("agent-id", "", "agent id on the binding (default: the sub of its credential, else fraud-review)")
 	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
+	caFile := fs.String("nats-ca", os.Getenv("A2AD_NATS_CA"), "CA certificate (PEM) that verifies the NATS server: TLS only (env A2AD_NATS_CA)")
+	clientCert := fs.String("nats-client-cert", "", "client certificate (PEM) for a NATS server that verifies clients")
+	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
 	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required); repeatable", func(s string) error {
@@ -89,6 +101,9 @@ func run(args []string, log *slog.Logger) error {
 	}
 	if !natsbind.ValidToken(*agentID) {
 		return fmt.Errorf("--agent-id %q: want 1 to 128 of [A-Za-z0-9_-]", *agentID)
+	}
+	if (*clientCert == "") != (*clientKey == "") {
+		return errors.New("--nats-client-cert and --nats-client-key go together")
 	}
 	mis, err := refagent.ParseMisbehave(misbehave)
 	if err != nil {
@@ -124,6 +139,19 @@ func run(args []string, log *slog.Logger) error {
 			}
 		}),
 	)
+	if *caFile != "" {
+		b, err := os.ReadFile(*caFile)
+		if err != nil {
+			return fmt.Errorf("--nats-ca: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return fmt.Errorf("--nats-ca %s: no PEM certificate in it", *caFile)
+		}
+		opts = append(opts, nats.RootCAs(*caFile))
+	}
+	if *clientCert != "" {
+		opts = append(opts, nats.ClientCert(*clientCert, *clientKey))
+	}
 	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", *natsURL, err)

@@ -61,6 +61,12 @@ type Config struct {
 	HTTPAllowedOrigins []string `yaml:"http_allowed_origins"`
 	// NATSURL connects to an existing NATS server instead; nothing is embedded.
 	NATSURL string `yaml:"nats_url"`
+	// NATSTLS is TLS on NATS: the embedded server's certificate, or how
+	// a2ad verifies nats_url's server and proves itself to it. Empty:
+	// plain text, loopback only unless insecure.
+	NATSTLS NATSTLSConfig `yaml:"nats_tls"`
+	// NATSLimits bound each connection to the embedded server.
+	NATSLimits NATSLimits `yaml:"nats_limits"`
 	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
 	// bytes (default 256 MiB and 4 GiB).
 	JetStreamMaxMemory int64 `yaml:"jetstream_max_memory"`
@@ -241,6 +247,9 @@ func (c Config) checkLimits() error {
 	}
 	if c.Audit.MaxAge < 0 {
 		return fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge)
+	}
+	if err := c.NATSLimits.check(len(c.Agents)); err != nil {
+		return err
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -86,6 +87,7 @@ type Daemon struct {
 	unknownCredentials *rate.Limiter
 	tracer             *tracing.Provider
 	ns                 *server.Server
+	natsCert           *natsCertificate               // the embedded server's, nil without nats_tls
 	keys               atomic.Pointer[agentcred.Keys] // for the embedded server's auth, set once KV is up
 	lock               *os.File
 	nc                 *nats.Conn
@@ -114,6 +116,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		if err := checkPlainHTTP(ctx, cfg, log); err != nil {
 			return nil, err
 		}
+	}
+	plainNATS, err := checkNATSTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if plainNATS != "" {
+		log.Warn("NATS in plain text outside loopback, as insecure: true allows: agents' credentials and a2ad's NATS password cross the network readable", "nats", plainNATS)
 	}
 	d := &Daemon{Config: cfg, log: log, Metrics: metrics.New()}
 	d.obs = newObserver(nil, d.Metrics)
@@ -157,8 +166,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 		auditAdmin = embedded.NewAuditAdmin()
 		defer auditAdmin.Revoke() // used once below, at most; never after Start
+		var serverTLS *tls.Config
+		if cfg.NATSTLS.CertFile != "" {
+			if d.natsCert, err = loadNATSCertificate(cfg.NATSTLS.CertFile, cfg.NATSTLS.KeyFile); err != nil {
+				return nil, err
+			}
+			serverTLS = d.natsCert.serverConfig()
+		}
 		d.ns, err = embedded.Start(embedded.Options{StoreDir: storeDir, Listen: cfg.NATSListen,
 			MaxMemory: cfg.JetStreamMaxMemory, MaxStore: cfg.JetStreamMaxStore, DaemonPassword: password,
+			TLS: serverTLS, AllowNonTLS: cfg.NATSTLS.AllowNonTLS, Limits: cfg.NATSLimits.serverLimits(len(cfg.Agents)),
 			AuditAdmin: auditAdmin, VerifyAgent: d.verifyAgent, Bars: &d.bars, Sessions: &d.sessions,
 			AuthRefused: func(remote string, err error) {
 				d.obs.natsRefused(err)
@@ -178,12 +195,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// RetryOnFailedConnect: a NATS cluster that is still starting
 		// (systemd, Kubernetes) is waited for; the bucket set-up below
 		// retries for a minute before a2ad gives up.
-		d.nc, err = nats.Connect(cfg.NATSURL, nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		d.nc, err = nats.Connect(cfg.NATSURL, append(cfg.NATSTLS.clientOptions(), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
-			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))...)
 		if err == nil && !d.nc.IsConnected() {
 			log.Warn("NATS not reachable yet; waiting for it (up to a minute)", "nats", RedactURLs(cfg.NATSURL))
+			if err := awaitNATS(ctx, d.nc, cfg.NATSTLS); err != nil {
+				d.nc.Close()
+				d.nc = nil // the error says it all
+				return nil, fmt.Errorf("NATS at %s: %w", RedactURLs(cfg.NATSURL), err)
+			}
 		}
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ package embedded
 import (
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -51,7 +52,93 @@ type Options struct {
 	// Sessions, if set, remember each agent connection's credential, for
 	// [CloseRefused].
 	Sessions *Sessions
+	// TLS, if set, is the server's TLS configuration for clients over TCP
+	// (its certificate, TLS 1.2 at least); the server then requires TLS
+	// of every TCP client, unless AllowNonTLS. In-process connections
+	// (a2ad's own) never need it: nothing crosses a network.
+	TLS *tls.Config
+	// AllowNonTLS, with TLS, lets plain-text TCP clients in beside TLS
+	// ones (nats-server's allow_non_tls).
+	AllowNonTLS bool
+	// Limits bound each client connection and the server's connections;
+	// zero fields take [DefaultLimits].
+	Limits Limits
 }
+
+// Limits bound what one client connection can make the embedded server
+// hold, and how many connections it holds; they apply to every client,
+// a2ad's own in-process connection included. What one agent holds over
+// all its connections is bounded by [GuardAgents] as well.
+type Limits struct {
+	// MaxConnections is the most client connections the server holds at
+	// once (nats-server max_connections); beyond, a new connection is
+	// refused with "maximum connections exceeded" and those open are
+	// unharmed.
+	MaxConnections int
+	// MaxSubscriptions is the most subscriptions one connection may hold
+	// (nats-server max_subscriptions); a SUB beyond is refused with
+	// "maximum subscriptions exceeded" and the connection stays open.
+	MaxSubscriptions int
+	// MaxPendingBytes is the most bytes the server buffers for one
+	// connection that does not read fast enough (nats-server
+	// max_pending); beyond, or when a write to it takes longer than
+	// WriteDeadline, the server closes it as a slow consumer.
+	MaxPendingBytes int64
+	WriteDeadline   time.Duration
+	// AuthTimeout is how long a new connection has to send its CONNECT
+	// (its credential), TLS handshake included (nats-server
+	// auth_timeout); then it is closed.
+	AuthTimeout time.Duration
+	// PingInterval and MaxPingsOut: a connection that leaves MaxPingsOut
+	// pings, sent every PingInterval, unanswered is closed as stale.
+	PingInterval time.Duration
+	MaxPingsOut  int
+}
+
+// DefaultLimits are the embedded server's limits that Options.Limits
+// leaves zero.
+var DefaultLimits = Limits{MaxConnections: 4096, MaxSubscriptions: 1024, MaxPendingBytes: 64 << 20,
+	WriteDeadline: 10 * time.Second, AuthTimeout: 5 * time.Second, PingInterval: 2 * time.Minute, MaxPingsOut: 2}
+
+// Or returns l with each zero field taken from d.
+func (l Limits) Or(d Limits) Limits {
+	if l.MaxConnections == 0 {
+		l.MaxConnections = d.MaxConnections
+	}
+	if l.MaxSubscriptions == 0 {
+		l.MaxSubscriptions = d.MaxSubscriptions
+	}
+	if l.MaxPendingBytes == 0 {
+		l.MaxPendingBytes = d.MaxPendingBytes
+	}
+	if l.WriteDeadline == 0 {
+		l.WriteDeadline = d.WriteDeadline
+	}
+	if l.AuthTimeout == 0 {
+		l.AuthTimeout = d.AuthTimeout
+	}
+	if l.PingInterval == 0 {
+		l.PingInterval = d.PingInterval
+	}
+	if l.MaxPingsOut == 0 {
+		l.MaxPingsOut = d.MaxPingsOut
+	}
+	return l
+}
+
+// MaxPayload is the largest message, headers and body, in bytes, that a
+// client may publish to the embedded server (nats-server max_payload):
+// the largest agent event a2ad accepts (agent_limits.max_event_bytes at
+// most) and the largest brief or record a2ad writes fit in it. A larger
+// publish is refused with nats.ErrMaxPayload by the client library, or,
+// sent regardless, closes that connection only.
+const MaxPayload = 1 << 20
+
+// MaxControlLine is the longest protocol line (a PUB or SUB with its
+// subject) a client may send, in bytes (nats-server max_control_line):
+// agent ids and task ids are at most 128 bytes each, so subjects stay far
+// below it.
+const MaxControlLine = 4096
 
 // DaemonUser is the NATS user of a2ad's own connection.
 const DaemonUser = "a2ad"
@@ -303,12 +390,21 @@ func Start(o Options) (*server.Server, error) {
 		JetStreamMaxStore:  o.MaxStore,
 		NoSigs:             true,
 		NoLog:              true,
-		MaxPayload:         1 << 20,
+		MaxPayload:         MaxPayload,
+		MaxControlLine:     MaxControlLine,
 		// A consumer that does not read (an agent that subscribed and
 		// stopped reading) must not stall the publisher — a2ad's own
 		// connection, on which every tenant's task writes go — as NATS
 		// does by default: its copies are dropped instead.
 		NoFastProducerStall: true,
+	}
+	l := o.Limits.Or(DefaultLimits)
+	opts.MaxConn, opts.MaxSubs, opts.MaxPending, opts.WriteDeadline = l.MaxConnections, l.MaxSubscriptions, l.MaxPendingBytes, l.WriteDeadline
+	opts.AuthTimeout, opts.PingInterval, opts.MaxPingsOut = l.AuthTimeout.Seconds(), l.PingInterval, l.MaxPingsOut
+	if o.TLS != nil {
+		opts.TLSConfig, opts.AllowNonTLS = o.TLS, o.AllowNonTLS
+		// The handshake must fit in the time for the CONNECT.
+		opts.TLSTimeout = l.AuthTimeout.Seconds()
 	}
 	if o.DaemonPassword != "" {
 		opts.CustomClientAuthentication = &auth{password: o.DaemonPassword, admin: o.AuditAdmin, verify: o.VerifyAgent, bars: o.Bars, refused: o.AuthRefused,
