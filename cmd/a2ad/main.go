@@ -14,12 +14,16 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -158,17 +162,29 @@ func mcpURL(d *daemon.Daemon) string {
 // certificate on each SIGHUP until ctx ends. A refused reload changes
 // nothing and is logged with its reason.
 func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-chan os.Signal) {
+	var check <-chan time.Time
+	files := d.Config.CertificateFiles()
+	seen := fingerprintFiles(files)
+	if every := d.Config.CertificateCheckSeconds; every > 0 && len(files) > 0 {
+		t := time.NewTicker(time.Duration(every) * time.Second)
+		defer t.Stop()
+		check = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
-			if cert, err := d.ReloadTLS(); err == nil {
-				log.Info("TLS certificate reloaded; new connections use it", daemon.CertificateLogAttrs(cert)...)
-			} else if !errors.Is(err, daemon.ErrNoTLS) {
-				log.Error("TLS certificate not reloaded; the previous one stays in force", "err", err)
+		case <-check:
+			// Renewed in place (cert-manager, an ACME client): reloaded
+			// as on SIGHUP, once the files changed.
+			if now := fingerprintFiles(files); now != seen {
+				seen = now
+				log.Info("certificate files changed; reloading them", "files", files)
+				reloadCertificates(d, log)
 			}
-			reloadNATSCertificate(d, log)
+		case <-hup:
+			seen = fingerprintFiles(files)
+			reloadCertificates(d, log)
 			ch, err := d.ReloadSchemas()
 			if err != nil {
 				log.Error("host schemas not reloaded; the previous ones stay in force", "err", err)
@@ -177,4 +193,31 @@ func reloadOnHUP(ctx context.Context, d *daemon.Daemon, log *slog.Logger, hup <-
 			log.Info("host schemas reloaded", "added", ch.Added, "changed", ch.Changed, "removed", ch.Removed, "unchanged", len(ch.Unchanged))
 		}
 	}
+}
+
+// reloadCertificates reloads the HTTP listener's and the embedded NATS
+// server's certificates; a refused reload keeps the one in force and says
+// why.
+func reloadCertificates(d *daemon.Daemon, log *slog.Logger) {
+	if cert, err := d.ReloadTLS(); err == nil {
+		log.Info("TLS certificate reloaded; new connections use it", daemon.CertificateLogAttrs(cert)...)
+	} else if !errors.Is(err, daemon.ErrNoTLS) {
+		log.Error("TLS certificate not reloaded; the previous one stays in force", "err", err)
+	}
+	reloadNATSCertificate(d, log)
+}
+
+// fingerprintFiles is a SHA-256 of the files' contents (an unreadable
+// file counts as its error), to see that a renewal rewrote them.
+func fingerprintFiles(files []string) string {
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			b = []byte("unreadable: " + err.Error())
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

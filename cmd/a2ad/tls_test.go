@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 )
 
 // A host delegates over HTTPS with the go-sdk client against the real
@@ -165,5 +167,69 @@ func TestAdminTLSFlags(t *testing.T) {
 		if _, err := adminTLS(c.ca, c.cert, c.key); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("adminTLS(%q, %q, %q) = %v, want %s", c.ca, c.cert, c.key, err, c.want)
 		}
+	}
+}
+
+// Certificates renewed in place (cert-manager rewrites a mounted Secret,
+// an ACME client its files) are served without a signal: a2ad looks at
+// the files every certificate_check_seconds and reloads those of the HTTP
+// listener and of the embedded NATS server when they changed.
+func TestRenewedCertificateFilesAreServedWithoutSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, "a2ad test CA")
+	first := ca.Server(t)
+	certFile, keyFile := first.WriteFiles(t, dir, "server")
+	d := startDaemon(t, nil, "--config", configFile(t, "certificate_check_seconds: 1\n"), "--data-dir", filepath.Join(dir, "data"),
+		"--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0",
+		"--tls-cert", certFile, "--tls-key", keyFile, "--nats-tls-cert", certFile, "--nats-tls-key", keyFile)
+	served := func(addr string) *big.Int {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
+		if err != nil {
+			t.Fatalf("TLS to %s: %v", addr, err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	caFile := ca.WriteFile(t, dir)
+	cred := credentialFor(t, d.NATS, d.DataDir, "--nats-ca", caFile)
+	// nats-server speaks INFO before TLS: a plain TLS dial does not fit
+	// it; an agent's connection shows the certificate.
+	natsServed := func() *big.Int {
+		t.Helper()
+		nc, err := nats.Connect(d.NATS, nats.RootCAs(caFile), nats.Token(cred), nats.CustomInboxPrefix("_INBOX_fraud-review"))
+		if err != nil {
+			t.Fatalf("agent over NATS TLS: %v", err)
+		}
+		defer nc.Close()
+		st, err := nc.TLSConnectionState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.PeerCertificates[0].SerialNumber
+	}
+	httpAddr := strings.TrimPrefix(d.HTTP, "https://")
+	if got := served(httpAddr); got.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatalf("HTTP serves serial %x, want %x", got, first.Cert.SerialNumber)
+	}
+	if got := natsServed(); got.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatalf("NATS serves serial %x, want %x", got, first.Cert.SerialNumber)
+	}
+
+	second := ca.Server(t)
+	second.WriteFiles(t, dir, "server")
+	waitUntil(t, "the renewed files reloaded", func() bool {
+		return strings.Contains(d.log.String(), `msg="certificate files changed; reloading them"`) &&
+			strings.Contains(d.log.String(), "serial="+second.Cert.SerialNumber.Text(16)) &&
+			strings.Contains(d.log.String(), `msg="NATS certificate reloaded"`)
+	})
+	if got := served(httpAddr); got.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Errorf("after the renewal HTTP serves serial %x, want %x", got, second.Cert.SerialNumber)
+	}
+	if got := natsServed(); got.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Errorf("after the renewal NATS serves serial %x, want %x", got, second.Cert.SerialNumber)
+	}
+	if n := strings.Count(d.log.String(), `msg="certificate files changed; reloading them"`); n != 1 {
+		t.Errorf("%d reloads for one renewal, want 1", n)
 	}
 }

@@ -41,6 +41,12 @@ type Config struct {
 	// NATSListen is the embedded server's client address (default
 	// 127.0.0.1:4222; port -1 picks a free one).
 	NATSListen string `yaml:"nats_listen"`
+	// CertificateCheckSeconds is how often a2ad looks at the certificate,
+	// key and CA files of tls and nats_tls and, when any changed, reloads
+	// them as SIGHUP does: certificates that cert-manager, an ACME client
+	// or an operator's script renew in place are served without a signal.
+	// Default 60; -1: only on SIGHUP.
+	CertificateCheckSeconds int `yaml:"certificate_check_seconds"`
 	// Insecure lets a2ad listen in plain text on an address other than
 	// loopback (HTTP without tls, the embedded NATS server without
 	// nats_tls), where bearer tokens and agent credentials would cross
@@ -242,6 +248,9 @@ func (c Config) checkLimits() error {
 	if c.Storage.CapacityBytes < 0 {
 		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
 	}
+	if c.CertificateCheckSeconds < -1 {
+		return fmt.Errorf("config: certificate_check_seconds %d: want seconds (default %d), or -1 to reload certificates only on SIGHUP", c.CertificateCheckSeconds, DefaultCertificateCheckSeconds)
+	}
 	if c.Retention.RemovalsPerSecond < 0 {
 		return fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond)
 	}
@@ -300,6 +309,21 @@ type StorageConfig struct {
 	// here — the sum of the nodes' max_file_store. Default: the embedded
 	// server's jetstream_max_store, or the account's max_file.
 	CapacityBytes int64 `yaml:"capacity_bytes"`
+}
+
+// DefaultCertificateCheckSeconds is Config.CertificateCheckSeconds when zero.
+const DefaultCertificateCheckSeconds = 60
+
+// CertificateFiles are the certificate, key and CA files of tls and
+// nats_tls that are set, in a fixed order: what a2ad reloads.
+func (c Config) CertificateFiles() []string {
+	var files []string
+	for _, f := range []string{c.TLS.CertFile, c.TLS.KeyFile, c.TLS.ClientCAFile, c.NATSTLS.CertFile, c.NATSTLS.KeyFile} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
 }
 
 // DefaultStorageReserve is StorageConfig.ReserveBytes when zero.
