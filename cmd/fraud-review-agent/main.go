@@ -15,7 +15,9 @@
 // A2AD_AGENT_CREDENTIAL_FILE. The agent id defaults to the credential's
 // subject. On a2ad's embedded NATS server the credential is the connection's
 // token and gives it the agent's own subjects only; on an external server,
-// put the NATS user in the URL (nats://user:password@host:4222).
+// put the NATS user in the URL (nats://user:password@host:4222), best in
+// the environment variable NATS_URL rather than --nats-url, which
+// every user of the machine can read in the process list.
 //
 // Over TLS (a2ad's nats_tls, or a NATS server with tls), --nats-ca (env
 // A2AD_NATS_CA) is the CA certificate that verifies the server; with it
@@ -30,6 +32,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -62,7 +65,7 @@ func main() {
 
 func run(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("fraud-review-agent", flag.ContinueOnError)
-	natsURL := fs.String("nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	natsURL := fs.String("nats-url", cmp.Or(os.Getenv("NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env NATS_URL, as the nats CLI reads it, keeps a password in the URL out of the process list)")
 	agentID := fs.String("agent-id", "", "agent id on the binding (default: the sub of its credential, else fraud-review)")
 	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
 	caFile := fs.String("nats-ca", os.Getenv("A2AD_NATS_CA"), "CA certificate (PEM) that verifies the NATS server: TLS only (env A2AD_NATS_CA)")

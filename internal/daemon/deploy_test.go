@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
@@ -680,6 +682,9 @@ type k8sObject struct {
 		// Service
 		ClusterIP                string `yaml:"clusterIP"`
 		PublishNotReadyAddresses bool   `yaml:"publishNotReadyAddresses"`
+		// cert-manager Certificate
+		SecretName string   `yaml:"secretName"`
+		DNSNames   []string `yaml:"dnsNames"`
 		Ports                    []struct {
 			Name       string `yaml:"name"`
 			Port       int    `yaml:"port"`
@@ -699,6 +704,9 @@ type podSpec struct {
 			Name string `yaml:"name"`
 		} `yaml:"configMap"`
 		EmptyDir any `yaml:"emptyDir"`
+		Secret   *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
 	} `yaml:"volumes"`
 }
 
@@ -750,9 +758,36 @@ type k8sSecurityContext struct {
 
 type k8sProbe struct {
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port any    `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   any    `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
+}
+
+// secretOf is the Secret mounted at the directory of file in c (pod's
+// volumes), or "".
+func secretOf(pod podSpec, c k8sContainer, file string) string {
+	for _, v := range pod.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if mp, ok := c.mount(v.Name); ok && filepath.Dir(file) == mp {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
+}
+
+// certificateSecrets are the Secrets cert-manager Certificates of objs
+// fill, with the DNS names each certificate names.
+func certificateSecrets(objs []k8sObject) map[string][]string {
+	out := map[string][]string{}
+	for _, o := range objs {
+		if o.Kind == "Certificate" && o.Spec.SecretName != "" {
+			out[o.Spec.SecretName] = o.Spec.DNSNames
+		}
+	}
+	return out
 }
 
 // port resolves a port given by number or by name among c's ports.
@@ -977,6 +1012,36 @@ func TestDeployKubernetesManifests(t *testing.T) {
 	}
 	nc := natsPod.Containers[0]
 	containerSecure(t, "StatefulSet nats", natsPod, nc)
+	// The certificates cert-manager would write, made here for the names
+	// the Certificate of each mounted Secret asks for: the server parses
+	// its TLS blocks with them, as in the pod.
+	certs := certificateSecrets(objs)
+	ca := testcert.NewCA(t, "deploy test CA")
+	tlsDirs := map[string]string{} // mount path in the pod → the files here
+	natsSecret, natsTLS := "", testcert.Pair{}
+	for _, v := range natsPod.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		mp, _ := nc.mount(v.Name)
+		names, ok := certs[v.Secret.SecretName]
+		if !ok {
+			t.Errorf("StatefulSet nats: Secret %s is filled by no Certificate of certificates.yaml", v.Secret.SecretName)
+			continue
+		}
+		natsSecret, natsTLS = v.Secret.SecretName, ca.Server(t, names...)
+		dir := t.TempDir()
+		cert, key := natsTLS.WriteFiles(t, dir, "x")
+		for from, to := range map[string]string{cert: "tls.crt", key: "tls.key"} {
+			if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.PEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tlsDirs[mp] = dir
+	}
 	natsConfMount := ""
 	var natsOpts *server.Options
 	for _, v := range natsPod.Volumes {
@@ -985,6 +1050,9 @@ func TestDeployKubernetesManifests(t *testing.T) {
 			natsCM := findObject(t, objs, "ConfigMap", v.ConfigMap.Name)
 			dir := t.TempDir()
 			for k, body := range natsCM.Data {
+				for mp, here := range tlsDirs {
+					body = strings.ReplaceAll(body, mp+"/", here+"/")
+				}
 				_ = os.WriteFile(filepath.Join(dir, k), []byte(body), 0o600)
 			}
 			natsOpts = checkNATSConf(t, sts, headless, nc, natsConfMount, dir)
@@ -992,6 +1060,19 @@ func TestDeployKubernetesManifests(t *testing.T) {
 	}
 	if natsConfMount == "" || natsOpts == nil {
 		t.Fatal("StatefulSet nats: no ConfigMap volume")
+	}
+	// TLS for clients, required of all; TLS on the routes, verified both
+	// ways, for certificates naming every route's host.
+	if natsOpts.TLSConfig == nil || natsOpts.AllowNonTLS {
+		t.Errorf("nats.conf: client TLS %v, allow_non_tls %v; agents' passwords and credentials must not cross the network readable", natsOpts.TLSConfig != nil, natsOpts.AllowNonTLS)
+	}
+	if natsOpts.Cluster.TLSConfig == nil || natsOpts.Cluster.TLSConfig.ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Errorf("nats.conf: cluster TLS %+v, want the routes verified both ways (verify: true)", natsOpts.Cluster.TLSConfig != nil)
+	}
+	for _, r := range natsOpts.Routes {
+		if err := natsTLS.Cert.VerifyHostname(r.Hostname()); err != nil {
+			t.Errorf("the Certificate of Secret %s does not name route host %s: %v", natsSecret, r.Hostname(), err)
+		}
 	}
 	natsPassword := map[string]string{} // NATS user → password, secrets as placeholders
 	for _, u := range natsOpts.Users {
@@ -1053,6 +1134,24 @@ func TestDeployKubernetesManifests(t *testing.T) {
 	if httpPort == 0 || c.port("http") != httpPort {
 		t.Errorf("a2ad's ConfigMap: http_addr port %d, the container's port http %d", httpPort, c.port("http"))
 	}
+	// HTTPS, from a cert-manager Secret naming the Service; the probes
+	// and Prometheus speak HTTPS.
+	for _, f := range []string{cfg.TLS.CertFile, cfg.TLS.KeyFile} {
+		if sec := secretOf(pod, c, f); f == "" || certs[sec] == nil {
+			t.Errorf("a2ad's ConfigMap: tls file %q is not in a mounted Secret a Certificate fills (%q)", f, sec)
+		}
+	}
+	if svc := fmt.Sprintf("a2ad.%s.svc.cluster.local", ns); !slices.Contains(certs[secretOf(pod, c, cfg.TLS.CertFile)], svc) {
+		t.Errorf("a2ad's certificate names %q, not the Service %s", certs[secretOf(pod, c, cfg.TLS.CertFile)], svc)
+	}
+	for what, p := range map[string]*k8sProbe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != "HTTPS" {
+			t.Errorf("Deployment a2ad: %s probe is not HTTPS", what)
+		}
+	}
+	if sec := secretOf(pod, c, cfg.NATSTLS.CAFile); sec != natsSecret {
+		t.Errorf("a2ad's ConfigMap: nats_tls.ca_file %q is in Secret %q, want the NATS nodes' %q", cfg.NATSTLS.CAFile, sec, natsSecret)
+	}
 	if mp, ok := mountOfEmptyDir(pod, c, cfg.DataDir); !ok {
 		t.Errorf("a2ad's ConfigMap: data_dir %q is not a writable volume of the pod (%s)", cfg.DataDir, mp)
 	}
@@ -1067,10 +1166,10 @@ func TestDeployKubernetesManifests(t *testing.T) {
 	cmURL, err1 := url.Parse(cfg.NATSURL)
 	flagURL, err2 := url.Parse(envURL)
 	wantHost := fmt.Sprintf("%s.%s.svc.cluster.local:%d", client.Metadata.Name, ns, client.Spec.Ports[0].Port)
-	if err1 != nil || cmURL.Host != wantHost || cmURL.User != nil {
-		t.Errorf("a2ad's ConfigMap: nats_url %q, want nats://%s without credentials", cfg.NATSURL, wantHost)
+	if err1 != nil || cmURL.Host != wantHost || cmURL.User != nil || cmURL.Scheme != "tls" {
+		t.Errorf("a2ad's ConfigMap: nats_url %q, want tls://%s without credentials", cfg.NATSURL, wantHost)
 	}
-	if err2 != nil || flagURL.Host != wantHost || flagURL.User == nil || !natsUserOK(flagURL.User, "a2ad", natsPassword) {
+	if err2 != nil || flagURL.Host != wantHost || flagURL.User == nil || flagURL.Scheme != "tls" || !natsUserOK(flagURL.User, "a2ad", natsPassword) {
 		t.Errorf("Deployment a2ad: A2AD_NATS_URL %q, want user a2ad with the password NATS has for it (%s), host %s", envURL, natsPassword["a2ad"], wantHost)
 	}
 
@@ -1086,14 +1185,23 @@ func TestDeployKubernetesManifests(t *testing.T) {
 			continue
 		}
 		containerSecure(t, what, o.Spec.Template.Spec, ac[0])
-		av := ac[0].argv(t, what)
-		for i, a := range av {
-			if a != "--nats-url" || i+1 == len(av) {
-				continue
-			}
-			u, err := url.Parse(av[i+1])
-			if err != nil || u.Host != wantHost || u.User == nil || u.User.Username() == "a2ad" || !natsUserOK(u.User, u.User.Username(), natsPassword) {
-				t.Errorf("%s: --nats-url %q, want an agent's own NATS user with its password, host %s", what, av[i+1], wantHost)
+		env, _ := ac[0].env("NATS_URL", secretPlaceholder)
+		u, err := url.Parse(env)
+		if err != nil || u.Host != wantHost || u.Scheme != "tls" || u.User == nil || u.User.Username() == "a2ad" || !natsUserOK(u.User, u.User.Username(), natsPassword) {
+			t.Errorf("%s: NATS_URL %q, want tls:// with an agent's own NATS user and its password, host %s", what, env, wantHost)
+		}
+		if caFile, _ := ac[0].env("A2AD_NATS_CA", secretPlaceholder); secretOf(o.Spec.Template.Spec, ac[0], caFile) != natsSecret {
+			t.Errorf("%s: A2AD_NATS_CA %q is not the ca.crt of the NATS nodes' Secret %s", what, caFile, natsSecret)
+		}
+	}
+
+	// No secret on any command line: the node's process list shows it.
+	for _, o := range objs {
+		for _, ct := range o.Spec.Template.Spec.Containers {
+			for _, a := range ct.argv(t, o.Kind+" "+o.Metadata.Name) {
+				if strings.Contains(a, "secret-") {
+					t.Errorf("%s %s: a secret on the command line: %q", o.Kind, o.Metadata.Name, a)
+				}
 			}
 		}
 	}
