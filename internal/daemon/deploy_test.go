@@ -685,7 +685,7 @@ type k8sObject struct {
 		// cert-manager Certificate
 		SecretName string   `yaml:"secretName"`
 		DNSNames   []string `yaml:"dnsNames"`
-		Ports                    []struct {
+		Ports      []struct {
 			Name       string `yaml:"name"`
 			Port       int    `yaml:"port"`
 			TargetPort any    `yaml:"targetPort"`
