@@ -530,8 +530,31 @@ func TestDeploySystemdUnit(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(etc, filepath.Base(vals["config"])), example, 0o644)
 	args := slices.Clone(argv[1:])
 	for i, a := range args {
-		if a == vals["config"] {
-			args[i] = filepath.Join(etc, filepath.Base(a))
+		if rel, err := filepath.Rel("/etc/a2ad", a); err == nil && !strings.HasPrefix(rel, "..") {
+			args[i] = filepath.Join(etc, rel)
+		}
+	}
+	// The certificate files ExecStart names, for the loopback addresses
+	// the test listens on; each listener then speaks TLS only.
+	ca := testcert.NewCA(t, "systemd test CA")
+	pair := ca.Server(t)
+	for _, flag := range []string{"tls-cert", "tls-key", "nats-tls-cert", "nats-tls-key"} {
+		f, ok := vals[flag]
+		if !ok {
+			t.Errorf("a2ad.service: ExecStart has no --%s: both listeners carry credentials", flag)
+			continue
+		}
+		if filepath.Dir(filepath.Dir(f)) != "/etc/a2ad" && filepath.Dir(f) != "/etc/a2ad" {
+			t.Errorf("a2ad.service: --%s %q, want a file under the ConfigurationDirectory /etc/a2ad", flag, f)
+		}
+		here := filepath.Join(etc, strings.TrimPrefix(f, "/etc/a2ad/"))
+		_ = os.MkdirAll(filepath.Dir(here), 0o755)
+		body := pair.CertPEM
+		if strings.HasSuffix(flag, "-key") {
+			body = pair.KeyPEM
+		}
+		if err := os.WriteFile(here, body, 0o640); err != nil {
+			t.Fatal(err)
 		}
 	}
 	args = append(args, "--data-dir", state, "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
@@ -588,12 +611,19 @@ func TestDeploySystemdUnit(t *testing.T) {
 		}
 	}
 	serving := await("a2ad serving")
-	m := regexp.MustCompile(`"?mcp"?[=:]"?(http://[^\s"]+)/mcp`).FindStringSubmatch(serving) // text or JSON log
+	m := regexp.MustCompile(`"?mcp"?[=:]"?(https://[^\s"]+)/mcp`).FindStringSubmatch(serving) // text or JSON log
 	if m == nil {
-		t.Fatalf("no MCP URL in %q", serving)
+		t.Fatalf("no https MCP URL in %q", serving)
 	}
-	if code, body := getUntil(t, m[1]+"/healthz", http.StatusOK); code != http.StatusOK {
-		t.Errorf("/healthz: %d %s", code, body)
+	if !strings.Contains(serving, "nats=tls://") {
+		t.Errorf("agents are not given a tls:// NATS URL: %q", serving)
+	}
+	trusting := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	resp, err := trusting.Get(m[1] + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz over HTTPS: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
 	}
 
 	reloadCmd := strings.ReplaceAll(reload, "$MAINPID", strconv.Itoa(cmd.Process.Pid))
