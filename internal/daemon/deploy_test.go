@@ -1059,7 +1059,7 @@ func TestDeployKubernetesManifests(t *testing.T) {
 			t.Errorf("StatefulSet nats: Secret %s is filled by no Certificate of certificates.yaml", v.Secret.SecretName)
 			continue
 		}
-		natsSecret, natsTLS = v.Secret.SecretName, ca.Server(t, names...)
+		natsSecret, natsTLS = v.Secret.SecretName, ca.Peer(t, names...)
 		dir := t.TempDir()
 		cert, key := natsTLS.WriteFiles(t, dir, "x")
 		for from, to := range map[string]string{cert: "tls.crt", key: "tls.key"} {

@@ -160,6 +160,9 @@ type Cluster struct {
 	t     testing.TB
 	bin   string
 	nodes []*node
+	// clientOpts are the options of waitReady's client (a CA for nodes
+	// that require TLS).
+	clientOpts []nats.Option
 }
 
 type node struct {
@@ -429,7 +432,7 @@ func (c *Cluster) waitReady() {
 			c.fatalNotReady(err)
 		}
 	}
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(c.URLs(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, c.clientOpts...)...)
 	if err != nil {
 		c.fatalNotReady(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -315,3 +316,78 @@ func rewriteConf(t *testing.T, conf string, from, to []int, store string) string
 }
 
 var loopbackPortRE = regexp.MustCompile(`127\.0\.0\.1:(\d+)`)
+
+// TestDeployConfigsWithTLS runs the shipped configs with their TLS
+// includes (tls.conf for clients, route-tls.conf for the routes) in
+// place, certificates made here as README.md says (a CA, one node
+// certificate for serverAuth and clientAuth): the routes form a cluster
+// over TLS, a client with the CA works, a plain-text one is refused.
+func TestDeployConfigsWithTLS(t *testing.T) {
+	dir := filepath.Join("..", "..", "deploy", "nats-cluster")
+	ca := testcert.NewCA(t, "nats-cluster test CA")
+	node := ca.Peer(t, "127.0.0.1", "localhost")
+	tlsDir := t.TempDir()
+	for name, body := range map[string][]byte{"ca.crt": ca.PEM, "node.crt": node.CertPEM, "node.key": node.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(tlsDir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The includes, inline, with ./tls/ where the files are.
+	inline := func(file string) string {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(b), "./tls/", tlsDir+"/")
+	}
+	var confs []string
+	for i := 1; i <= 3; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("n%d.conf", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := string(b)
+		for line, file := range map[string]string{"  # include ./route-tls.conf\n": "route-tls.conf", "# include ./tls.conf\n": "tls.conf"} {
+			if !strings.Contains(conf, line) {
+				t.Fatalf("n%d.conf has no line %q", i, line)
+			}
+			conf = strings.Replace(conf, line, inline(file)+"\n", 1)
+		}
+		confs = append(confs, conf)
+	}
+	shipped := []int{4222, 4223, 4224, 6222, 6223, 6224, 8222, 8223, 8224}
+	free, err := freePorts(len(shipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 3)
+	c.clientOpts = []nats.Option{nats.RootCAs(filepath.Join(tlsDir, "ca.crt"))}
+	for i, nd := range c.nodes {
+		if err := c.launch(nd, rewriteConf(t, confs[i], shipped, free, nd.store)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitReady() // an R3 stream over routes that are TLS only
+	for _, nd := range c.nodes {
+		routez, err := os.ReadFile(nd.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(routez), "TLS required for client connections") {
+			t.Errorf("%s: the log does not say client TLS is required:\n%s", nd.name, routez)
+		}
+	}
+	nc, err := nats.Connect(c.nodes[0].clientURL, nats.RootCAs(filepath.Join(tlsDir, "ca.crt")))
+	if err != nil {
+		t.Fatalf("client with the CA: %v", err)
+	}
+	st, err := nc.TLSConnectionState()
+	nc.Close()
+	if err != nil || st.PeerCertificates[0].SerialNumber.Cmp(node.Cert.SerialNumber) != 0 {
+		t.Errorf("client TLS state %v, want the node certificate", err)
+	}
+	if nc, err := nats.Connect(c.nodes[0].clientURL, nats.Timeout(2*time.Second)); err == nil {
+		nc.Close()
+		t.Error("a client without the CA connected")
+	}
+}

@@ -88,6 +88,23 @@ func (ca *CA) Server(t testing.TB, hosts ...string) Pair {
 // past for an expired one), from an hour before now or notAfter.
 func (ca *CA) ServerUntil(t testing.TB, notAfter time.Time, hosts ...string) Pair {
 	t.Helper()
+	return ca.issue(t, ca.hostTemplate(t, notAfter, hosts))
+}
+
+// Peer issues a certificate for hosts (as Server) that serves and also
+// proves its holder as a client (extended key usages serverAuth and
+// clientAuth): what NATS cluster nodes present to each other on their
+// routes, and what cert-manager's "server auth, client auth" issues.
+func (ca *CA) Peer(t testing.TB, hosts ...string) Pair {
+	t.Helper()
+	tmpl := ca.hostTemplate(t, time.Now().Add(24*time.Hour), hosts)
+	tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	return ca.issue(t, tmpl)
+}
+
+// hostTemplate is a serverAuth certificate's template for hosts (IPs and
+// DNS names; loopback's by default), valid until notAfter.
+func (ca *CA) hostTemplate(t testing.TB, notAfter time.Time, hosts []string) *x509.Certificate {
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "::1", "localhost"}
 	}
@@ -103,7 +120,7 @@ func (ca *CA) ServerUntil(t testing.TB, notAfter time.Time, hosts ...string) Pai
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	return ca.issue(t, tmpl)
+	return tmpl
 }
 
 // Client issues a client certificate (extended key usage clientAuth) whose
