@@ -102,6 +102,24 @@ func (ca *CA) Peer(t testing.TB, hosts ...string) Pair {
 	return ca.issue(t, tmpl)
 }
 
+// Issue issues a certificate with subject common name cn, the extended
+// key usages given and hosts (IPs and DNS names) as subject alternative
+// names, valid for a day.
+func (ca *CA) Issue(t testing.TB, cn string, usages []x509.ExtKeyUsage, hosts ...string) Pair {
+	t.Helper()
+	tmpl := ca.template(t, cn, usages[0])
+	tmpl.Subject = pkix.Name{CommonName: cn} // "CN=<cn>", as a server's log and Connz show it
+	tmpl.ExtKeyUsage = usages
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	return ca.issue(t, tmpl)
+}
+
 // hostTemplate is a serverAuth certificate's template for hosts (IPs and
 // DNS names; loopback's by default), valid until notAfter.
 func (ca *CA) hostTemplate(t testing.TB, notAfter time.Time, hosts []string) *x509.Certificate {
