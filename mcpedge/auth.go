@@ -566,6 +566,10 @@ type call struct {
 
 type callKey struct{}
 
+// errNotOneJSONValue is peek's error for a POST body that is not exactly
+// one JSON value (RFC 8259): one JSON-RPC message or one batch.
+var errNotOneJSONValue = errors.New("the request body is not one JSON value")
+
 // peek returns r with its body readable again and what it names; a
 // request already peeked gets the result of that peek. Only POSTs are read
 // (at most maxPeek bytes).
@@ -583,6 +587,12 @@ func peek(r *http.Request) (*http.Request, call, error) {
 		return r, call{}, err
 	}
 	r.Body = readCloser{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if len(body) <= maxPeek && !json.Valid(body) {
+		// Not one JSON value (malformed, or followed by more): the SDK
+		// would decode the first value only and run it, while the scope
+		// check and the rate limits could not read it. Refused.
+		return r, call{}, errNotOneJSONValue
+	}
 	c := parseCall(body)
 	c.batch = batchLen(body)
 	return r.WithContext(context.WithValue(r.Context(), callKey{}, c)), c, nil

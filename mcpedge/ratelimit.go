@@ -291,9 +291,12 @@ func bodyError(w http.ResponseWriter, err error) {
 			"message": fmt.Sprintf("the request body is larger than %d bytes (http_limits.max_body_bytes)", mb.Limit)}})
 		return
 	}
+	msg := "the request body could not be read to its end"
+	if errors.Is(err, errNotOneJSONValue) {
+		msg = "the request body is not one JSON value: send one JSON-RPC 2.0 message (or, before protocol 2025-06-18, one batch) per POST"
+	}
 	w.WriteHeader(http.StatusBadRequest)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "invalid_request",
-		"message": "the request body could not be read to its end"}})
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "invalid_request", "message": msg}})
 }
 
 // batchLen is the number of messages of a JSON-RPC batch, 0 for a body

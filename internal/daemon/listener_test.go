@@ -419,6 +419,24 @@ func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 		t.Errorf("a batch of 3 delegates over a burst of 2: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
 
+	// Measured before: a byte after the JSON made the SDK run the call
+	// (it reads the first value) while the limits saw no tool, a read: ten
+	// delegates over the limit made ten tasks; a batch so, twenty. Now
+	// such a body is refused before anything runs, limits or not.
+	erin := devToken(t, d, "erin", "fresh", scopes)
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"delegate","arguments":{}}} x`,
+		batch + ` x`,
+		`{"jsonrpc":"2.0","id":10,"method":"tools/call"`,
+	} {
+		resp := postMCP(t, d, erin, body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `{"error":{"code":"invalid_request","message":"the request body is not one JSON value: send one JSON-RPC 2.0 message (or, before protocol 2025-06-18, one batch) per POST"}}` + "\n"; resp.StatusCode != http.StatusBadRequest || string(b) != want {
+			t.Errorf("POST %.40q…: %d %s, want 400 invalid_request", body, resp.StatusCode, b)
+		}
+	}
+
 	ops := devToken(t, d, "ops", "operators", "a2a:admin")
 	for i, want := range []int{http.StatusNotFound, http.StatusNotFound, http.StatusTooManyRequests} {
 		req, _ := http.NewRequest(http.MethodPost, d.HTTPURL+"/v1/tasks/t-nope/cancel", strings.NewReader(`{}`))
