@@ -147,7 +147,10 @@ func boundRequests(h http.Handler, l HTTPLimits) http.Handler {
 	writeTimeout := time.Duration(l.WriteTimeoutSeconds) * time.Second
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: writeTimeout}
-		bw.renew()
+		// No deadline while the handler waits: HTTP/2 resets a stream
+		// whose deadline passes, written to or not (a delegate waiting
+		// for its agent, an SSE stream between events).
+		bw.clear()
 		if r.ContentLength > l.MaxBodyBytes {
 			bw.Header().Set("Connection", "close") // the unread body is not drained
 			tooLarge(bw, l.MaxBodyBytes)
@@ -170,8 +173,10 @@ func tooLarge(w http.ResponseWriter, limit int64) {
 		"message": fmt.Sprintf("the request body is larger than %d bytes (http_limits.max_body_bytes)", limit)}})
 }
 
-// deadlineWriter renews the connection's write deadline before every
-// write, so that the write timeout bounds each write, not the request.
+// deadlineWriter sets the write deadline (of the connection in HTTP/1.1,
+// of the stream in HTTP/2) for the time of each write and clears it after,
+// so that the write timeout bounds each write, not the request: a client
+// that stops reading is cut off, a handler that waits is not.
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
@@ -179,14 +184,17 @@ type deadlineWriter struct {
 }
 
 func (w *deadlineWriter) renew() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+func (w *deadlineWriter) clear() { _ = w.rc.SetWriteDeadline(time.Time{}) }
 
 func (w *deadlineWriter) WriteHeader(code int) {
 	w.renew()
 	w.ResponseWriter.WriteHeader(code)
+	w.clear()
 }
 
 func (w *deadlineWriter) Write(b []byte) (int, error) {
 	w.renew()
+	defer w.clear()
 	return w.ResponseWriter.Write(b)
 }
 
@@ -194,6 +202,7 @@ func (w *deadlineWriter) Write(b []byte) (int, error) {
 func (w *deadlineWriter) Flush() {
 	w.renew()
 	_ = w.rc.Flush()
+	w.clear()
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
@@ -27,7 +30,7 @@ import (
 
 // startLimited runs a2ad with the given HTTP and rate limits on a real
 // embedded NATS server, with the reference agent (misbehaving as asked).
-func startLimited(t *testing.T, limits daemon.HTTPLimits, rates mcpedge.RateLimits, misbehave map[string]string) *daemon.Daemon {
+func startLimited(t *testing.T, limits daemon.HTTPLimits, rates mcpedge.RateLimits, misbehave map[string]string, more ...func(*daemon.Config)) *daemon.Daemon {
 	t.Helper()
 	ns, _, _ := natstest.Start(t)
 	var logTo io.Writer = io.Discard
@@ -35,13 +38,17 @@ func startLimited(t *testing.T, limits daemon.HTTPLimits, rates mcpedge.RateLimi
 		logTo = os.Stderr
 	}
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	d, err := daemon.Start(context.Background(), daemon.Config{
+	cfg := daemon.Config{
 		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), HTTPLimits: limits, RateLimits: rates,
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default", "acme"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
 		}},
-	}, log, true)
+	}
+	for _, f := range more {
+		f(&cfg)
+	}
+	d, err := daemon.Start(context.Background(), cfg, log, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +293,95 @@ func TestHTTPLongCallsOutliveTheWriteTimeout(t *testing.T) {
 			t.Fatal("no task event on the watch stream within 30 s")
 		}
 	}
+}
+
+// The same over HTTP/2 (TLS, as browsers and most HTTP clients speak to
+// an https listener): measured before, a long delegate and an SSE stream
+// were reset at the write timeout (INTERNAL_ERROR), since HTTP/2 arms a
+// timer per stream from its write deadline whether anything is written
+// or not. A deadline is now set only while a write is under way.
+func TestHTTPLongCallsOutliveTheWriteTimeoutOverHTTP2(t *testing.T) {
+	ca := testcert.NewCA(t, "h2 test CA")
+	certFile, keyFile := ca.Server(t).WriteFiles(t, t.TempDir(), "server")
+	d := startLimited(t, daemon.HTTPLimits{WriteTimeoutSeconds: 1, ReadHeaderTimeoutSeconds: 1, ReadTimeoutSeconds: 1}, mcpedge.RateLimits{},
+		map[string]string{"C-811": "silent", "C-812": "silent"},
+		func(c *daemon.Config) { c.TLS = daemon.TLSConfig{CertFile: certFile, KeyFile: keyFile} })
+	var protos sync.Map
+	h2 := &protoRecorder{next: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}, seen: &protos}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "h2-host", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: d.HTTPURL + "/mcp",
+			HTTPClient: &http.Client{Transport: mcpedge.BearerTransport(devToken(t, d, "host", "default", "a2a:read a2a:delegate"), h2)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	args := delegateArgs(evidence("C-811", 1999))
+	args["wait_seconds"] = 3
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: args})
+	if err != nil || res.IsError {
+		t.Fatalf("delegate waiting 3 s over HTTP/2 with a 1 s write timeout: %v %s", err, errText(res))
+	}
+	if took := time.Since(start); took < 2*time.Second || res.StructuredContent.(map[string]any)["state"] != "submitted" {
+		t.Fatalf("delegate returned after %v with %v: want submitted after its 3 s wait", took, res.StructuredContent)
+	}
+	if _, ok := protos.Load("HTTP/2.0"); !ok {
+		t.Fatal("the host did not speak HTTP/2")
+	}
+
+	client := &http.Client{Transport: h2}
+	req, _ := http.NewRequest(http.MethodGet, d.HTTPURL+"/v1/tasks/watch", nil)
+	req.Header.Set("Authorization", "Bearer "+devToken(t, d, "ops", "default", "a2a:admin"))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	if l := <-lines; l != ": watching" || resp.ProtoMajor != 2 {
+		t.Fatalf("watch over %s: first line %q", resp.Proto, l)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	args = delegateArgs(evidence("C-812", 1999))
+	args["wait_seconds"] = 0
+	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: args}); err != nil || res.IsError {
+		t.Fatalf("delegate: %v %+v", err, res)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the HTTP/2 watch stream ended after the write timeout, want it to deliver the new task")
+			}
+			if l == "event: task" {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no task event on the HTTP/2 watch stream within 30 s")
+		}
+	}
+}
+
+// protoRecorder notes the protocol of each response.
+type protoRecorder struct {
+	next http.RoundTripper
+	seen *sync.Map
+}
+
+func (p *protoRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.next.RoundTrip(r)
+	if err == nil {
+		p.seen.Store(resp.Proto, true)
+	}
+	return resp, err
 }
 
 // Headers over max_header_bytes get 431; bodies over max_body_bytes get
