@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
@@ -253,13 +256,60 @@ type Credential struct {
 
 // decodeBody reads a small JSON body strictly; on failure it has answered 400.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		writeErr(w, http.StatusBadRequest, "invalid_argument", "body: "+err.Error())
+		bodyErr(w, err)
 		return false
 	}
 	return true
+}
+
+// maxBodyBytes bounds an admin request's body.
+const maxBodyBytes = 64 << 10
+
+// bodyErr answers a body that did not decode, in a2ad's words: 413
+// request_too_large over maxBodyBytes, else 400 invalid_argument naming
+// what is wrong (never encoding/json's or net/http's own text).
+func bodyErr(w http.ResponseWriter, err error) {
+	var (
+		tooLarge *http.MaxBytesError
+		syntax   *json.SyntaxError
+		typ      *json.UnmarshalTypeError
+	)
+	msg := "body: want a JSON object of this endpoint's fields"
+	switch {
+	case errors.As(err, &tooLarge):
+		writeErr(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit))
+		return
+	case errors.Is(err, io.EOF):
+		msg = "body: empty; want a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "body: the JSON ends before it is complete"
+	case errors.As(err, &syntax):
+		msg = fmt.Sprintf("body: not JSON (at byte %d)", syntax.Offset)
+	case errors.As(err, &typ) && typ.Field != "":
+		msg = fmt.Sprintf("body: field %s wants a JSON %s", typ.Field, jsonKind(typ.Type.Kind()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		msg = "body: unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	}
+	writeErr(w, http.StatusBadRequest, "invalid_argument", msg)
+}
+
+// jsonKind names a Go kind as JSON calls it.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	default:
+		return "number"
+	}
 }
 
 func agentAnswer(w http.ResponseWriter, rec *agentcard.Record, err error) {

@@ -396,10 +396,10 @@ func cancelTask(svc *broker.Service, log *audit.Log) http.HandlerFunc {
 // decodeBodyOptional is decodeBody that takes an empty body (a POST sent
 // with no JSON) as the zero value.
 func decodeBodyOptional(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		writeErr(w, http.StatusBadRequest, "invalid_argument", "body: "+err.Error())
+		bodyErr(w, err)
 		return false
 	}
 	return true

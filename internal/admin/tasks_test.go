@@ -289,6 +289,24 @@ func TestCancelTask(t *testing.T) {
 	if got, _, _ := a.store.Get(context.Background(), "tsk-done"); got.State != task.Completed {
 		t.Errorf("terminal task changed to %s", got.State)
 	}
+
+	// Bodies that do not decode are answered in a2ad's words, never
+	// encoding/json's or net/http's (measured before: "body: json:
+	// cannot unmarshal number into Go struct field .reason of type
+	// string", and 400 "http: request body too large").
+	for body, want := range map[string]string{
+		`{"reson":"typo"}`: `400 invalid_argument body: unknown field "reson"`,
+		`{"reason":5}`:     `400 invalid_argument body: field reason wants a JSON string`,
+		`{"reason":`:       `400 invalid_argument body: the JSON ends before it is complete`,
+		`{"reason" "x"}`:   `400 invalid_argument body: not JSON (at byte 11)`,
+		`{"reason":"` + strings.Repeat("x", 70<<10) + `"}`: `413 request_too_large the request body is larger than 65536 bytes`,
+	} {
+		var e apiError
+		got := a.do("POST", "/v1/tasks/tsk-open/cancel", body, &e)
+		if s := fmt.Sprintf("%d %s %s", got, e.Error.Code, e.Error.Message); s != want {
+			t.Errorf("cancel with body %.30q: %s, want %s", body, s, want)
+		}
+	}
 }
 
 // sse reads an event stream line by line.
