@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// RetryOnFailedConnect: a NATS cluster that is still starting
 		// (systemd, Kubernetes) is waited for; the bucket set-up below
 		// retries for a minute before a2ad gives up.
-		d.nc, err = nats.Connect(cfg.NATSURL, append(cfg.NATSTLS.clientOptions(), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		d.nc, err = nats.Connect(cfg.NATSURL, append(cfg.NATSTLS.clientOptions(cfg.NATSURL), nats.Name("a2ad"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 			nats.RetryOnFailedConnect(true), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), natsErrors(d.aggregate),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))...)

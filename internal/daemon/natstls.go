@@ -260,6 +260,12 @@ func (c *natsCertificate) reload() (*x509.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: nats_tls.cert_file %s and key_file %s: %w", c.certFile, c.keyFile, err)
 	}
+	// An expired certificate (or one not valid yet) would fail every
+	// agent's handshake: refused, as on the HTTP listener.
+	if now := time.Now(); now.After(cert.Leaf.NotAfter) || now.Before(cert.Leaf.NotBefore) {
+		return nil, fmt.Errorf("config: nats_tls.cert_file %s: the certificate is valid from %s to %s, not now", c.certFile,
+			cert.Leaf.NotBefore.UTC().Format(time.RFC3339), cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
 	c.current.Store(&cert)
 	return cert.Leaf, nil
 }
@@ -273,8 +279,15 @@ func (c *natsCertificate) serverConfig() *tls.Config {
 // clientOptions are a2ad's TLS options for an external NATS server: the
 // CA that verifies it and a2ad's client certificate. nats.go reads both
 // files again at each connection.
-func (t NATSTLSConfig) clientOptions() []nats.Option {
+func (t NATSTLSConfig) clientOptions(natsURL string) []nats.Option {
 	var o []nats.Option
+	if t.CAFile == "" && t.ClientCertFile == "" && !strings.Contains(natsURL, "tls://") {
+		// Plain text: the servers a node advertises (its cluster's
+		// connect_urls) could be anywhere, and nats.go would send them
+		// a2ad's user and password readable. Only the configured URLs,
+		// which checkNATSTLS held to loopback (or insecure).
+		o = append(o, nats.IgnoreDiscoveredServers())
+	}
 	if t.CAFile != "" {
 		o = append(o, nats.RootCAs(t.CAFile))
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/natscluster"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -71,5 +72,24 @@ func TestOwnConnectionFitsTheSmallestSubscriptionLimit(t *testing.T) {
 	}
 	if strings.Contains(strings.ToLower(logs.String()), "maximum subscriptions") {
 		t.Fatalf("a2ad's own subscriptions were refused:\n%s", logs.String())
+	}
+}
+
+// Measured before: a2ad on nats://127.0.0.1 (loopback, so plain text was
+// allowed) added the servers the cluster advertised to its pool and,
+// after a node died, reconnected to one at a non-loopback address with
+// its password in plain text. In plain text a2ad now keeps to the URLs it
+// was given (list every node in nats_url); over TLS, where each server
+// must prove its name, it takes what the cluster advertises.
+func TestPlainNATSKeepsToTheConfiguredURLs(t *testing.T) {
+	c := natscluster.Start(t, 3)
+	d, err := Start(context.Background(), Config{NATSURL: c.URL(0), DataDir: t.TempDir(), Replicas: 3}, slog.New(slog.DiscardHandler), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := d.nc.Servers()
+	d.Stop()
+	if len(servers) != 1 || servers[0] != c.URL(0) {
+		t.Errorf("a2ad's connection in plain text would use %q, want only the configured %s", servers, c.URL(0))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -207,12 +208,18 @@ func TestAllowNonTLSLetsPlainAgentsIn(t *testing.T) {
 func TestNATSConfigurationRefusals(t *testing.T) {
 	ca := natstest.NewCA(t, "nats")
 	certFile, keyFile := ca.Server(t, "a2ad-nats")
+	// Measured before: an expired certificate was served, at start and
+	// after a reload, and every agent's handshake failed.
+	expired := testcert.NewCA(t, "nats").ServerUntil(t, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	expiredCert, expiredKey := expired.WriteFiles(t, t.TempDir(), "expired")
 	for _, tc := range []struct {
 		name      string
 		cfg       daemon.Config
 		plainText bool
 		want      string
 	}{
+		{"expired certificate", daemon.Config{NATSTLS: daemon.NATSTLSConfig{CertFile: expiredCert, KeyFile: expiredKey}}, false,
+			"config: nats_tls.cert_file " + expiredCert + ": the certificate is valid from 2026-01-02T02:04:05Z to 2026-01-02T03:04:05Z, not now"},
 		{"embedded on every address", daemon.Config{NATSListen: "0.0.0.0:4222"}, true,
 			"config: NATS in plain text outside loopback: nats_listen 0.0.0.0:4222 would take agents' credentials in plain text; set nats_tls.cert_file and nats_tls.key_file (flags --nats-tls-cert FILE --nats-tls-key FILE) for TLS, or insecure: true if the network is secured otherwise"},
 		{"embedded on a host's address", daemon.Config{NATSListen: "192.0.2.10:4222"}, true, "nats_listen 192.0.2.10:4222 would take"},
