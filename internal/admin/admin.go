@@ -71,7 +71,9 @@ import (
 // issued until now: at connect to the embedded server (whose live
 // connections with them are closed) and at registration. A credential
 // minted after it works. With quarantine, the agent, if registered, is
-// quarantined too (no new delegation goes to it). More than
+// quarantined too (no new delegation goes to it); so it is, asked or not,
+// when all its credentials are revoked and opts.QuarantineOnRevokeAll (an
+// external NATS, whose connections a2ad cannot close). More than
 // agentcred.MaxRevokedPerAgent jtis of one agent is 409
 // too_many_revocations: revoke all of them.
 //
@@ -228,7 +230,7 @@ func revokeCredentials(svc *broker.Service, opts Options) http.HandlerFunc {
 			rec.RevokedBefore, res.RevokedBefore = &before, &before
 		}
 		opts.Audit.Append(rec)
-		if body.Quarantine {
+		if body.Quarantine || (body.JTI == "" && opts.QuarantineOnRevokeAll) {
 			a, err := svc.Agents.Quarantine(r.Context(), id, "credentials revoked")
 			switch {
 			case errors.Is(err, agentcard.ErrAgentNotFound):

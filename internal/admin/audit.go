@@ -27,6 +27,11 @@ type Options struct {
 	// /v1/agents/{id}/revoke; nil: 503): the one with jti, or with jti ""
 	// every one issued until now, whose revocation time it returns.
 	Revoke func(ctx context.Context, agentID, jti string) (revokedBefore time.Time, err error)
+	// QuarantineOnRevokeAll quarantines an agent whose credentials are
+	// all revoked, asked or not: on an external NATS a2ad cannot close the
+	// agent's connections (its NATS user is the server's), so without it
+	// new delegations would still reach the agent.
+	QuarantineOnRevokeAll bool
 }
 
 // operatorRecord starts an audit record of kind by the request's operator.

@@ -88,14 +88,12 @@ func (r *Revocations) AddCredential(agentID, jti string) {
 func (r *Revocations) RemoveCredential(jti string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	agent, ok := r.jti[jti]
-	if !ok {
-		return
-	}
 	delete(r.jti, jti)
-	delete(r.byID[agent], jti)
-	if len(r.byID[agent]) == 0 {
-		delete(r.byID, agent)
+	for agent, set := range r.byID { // revoked under another agent's id too, maybe
+		delete(set, jti)
+		if len(set) == 0 {
+			delete(r.byID, agent)
+		}
 	}
 }
 
@@ -120,15 +118,16 @@ func (r *Revocations) Before(agentID string) (time.Time, bool) {
 }
 
 // Check returns an error wrapping [ErrInvalid] and [ErrRevoked] if c is
-// revoked: its jti is, or it was issued (iat; none counts as the earliest)
-// before its agent's revocation time.
+// revoked: its jti is, for its agent (a jti revoked under another agent's
+// id revokes nothing of this one), or it was issued (iat; none counts as
+// the earliest) before its agent's revocation time.
 func (r *Revocations) Check(c Claims) error {
 	if r == nil {
 		return nil
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if _, ok := r.jti[c.ID]; ok && c.ID != "" {
+	if c.ID != "" && r.byID[c.AgentID][c.ID] {
 		return fmt.Errorf("%w: %w (credential %s)", ErrInvalid, ErrRevoked, c.ID)
 	}
 	if t, ok := r.before[c.AgentID]; ok && c.IssuedAt.Before(t) {

@@ -67,3 +67,28 @@ func TestRevocationsRefuseWhatWasRevokedOnly(t *testing.T) {
 		t.Errorf("jtis %v after removal", got)
 	}
 }
+
+// Measured before: `a2ad agents revoke bystander --credential <jti of
+// fraud-review's credential>` revoked fraud-review's credential while the
+// audit trail said bystander's. A jti is revoked for the agent named.
+func TestRevokedJTIIsTheNamedAgents(t *testing.T) {
+	k := keys(t, 8)
+	r := &Revocations{}
+	k.SetRevocations(r)
+	tok, c, err := k.MintClaims("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.AddCredential("bystander", c.ID)
+	if _, err := k.Verify(tok); err != nil {
+		t.Fatalf("fraud-review's credential after a revocation of its jti for bystander: %v, want it valid", err)
+	}
+	r.AddCredential("fraud-review", c.ID)
+	if _, err := k.Verify(tok); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("fraud-review's credential revoked for fraud-review: %v, want ErrRevoked", err)
+	}
+	r.RemoveCredential(c.ID)
+	if _, err := k.Verify(tok); err != nil || len(r.Credentials("bystander")) != 0 {
+		t.Fatalf("after RemoveCredential: %v, bystander's %v; want valid and none left", err, r.Credentials("bystander"))
+	}
+}

@@ -467,7 +467,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		origins := allowedOrigins(d.HTTPURL, public, cfg.HTTPAllowedOrigins)
 		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(rates.MCP(mcpedge.HTTPHandler(d.MCP, log)))))
 		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, rates.Admin(admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
-			Revoke: d.Revoke})))
+			Revoke: d.Revoke, QuarantineOnRevokeAll: d.ns == nil})))
 		if cfg.TLS.ClientCAFile != "" {
 			adminAPI = requireClientCertificate(d.obs.httpRefused, adminAPI)
 		}

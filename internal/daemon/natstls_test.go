@@ -20,8 +20,8 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natstest"
-	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )

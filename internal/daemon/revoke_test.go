@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/agentcred"
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/daemon"
@@ -115,8 +116,15 @@ func TestRevokeOnExternalNATSRefusesRegistrationAndIsBounded(t *testing.T) {
 		!strings.Contains(string(b), `"too_many_revocations"`) || !strings.Contains(string(b), want) {
 		t.Fatalf("revocation %d: %d %s, want 409 too_many_revocations", agentcred.MaxRevokedPerAgent+1, code, b)
 	}
-	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{}`); code != 200 || !strings.Contains(string(b), `"revoked_before"`) {
-		t.Fatalf("revoke all: %d %s", code, b)
+	// Measured before: on an external NATS the agent stayed connected and
+	// approved, and the next delegation went to it. Revoking all of its
+	// credentials there quarantines it, asked or not.
+	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{}`); code != 200 || !strings.Contains(string(b), `"revoked_before"`) ||
+		!strings.Contains(string(b), `"quarantined": true`) {
+		t.Fatalf("revoke all on an external NATS: %d %s, want revoked_before and quarantined", code, b)
+	}
+	if a, err := s.d.Service.Agents.Get(context.Background(), "fraud-review"); err != nil || a.Status != agentcard.StatusQuarantined {
+		t.Fatalf("fraud-review after revoking all on an external NATS: %+v %v, want quarantined", a, err)
 	}
 	late, lateC, _ := s.d.AgentKeys.MintClaims("fraud-review", time.Hour, time.Now())
 	if _, err := s.d.AgentKeys.Verify(late); err != nil {
