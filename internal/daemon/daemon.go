@@ -416,7 +416,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
 		Stopping: stopping})
 	if serveHTTP {
-		limits, err := fitConnections(cfg.HTTPLimits.MaxConnections, cfg.HTTPLimits.Or(DefaultHTTPLimits), openFileLimit(), log)
+		natsConns := 0 // the embedded server's clients hold files of this process too
+		if d.ns != nil {
+			natsConns = cfg.NATSLimits.serverLimits(len(cfg.Agents)).MaxConnections
+		}
+		limits, err := fitConnections(cfg.HTTPLimits.MaxConnections, cfg.HTTPLimits.Or(DefaultHTTPLimits), openFileLimit(), natsConns, log)
 		if err != nil {
 			return nil, err
 		}

@@ -100,14 +100,19 @@ func (l HTTPLimits) Check() error {
 // (RLIMIT_NOFILE, which Go raises to its hard limit at start): a
 // configured value that does not fit is an error saying what to do; the
 // default is lowered to fit, with a warning.
-func fitConnections(configured int, l HTTPLimits, nofile uint64, log *slog.Logger) (HTTPLimits, error) {
-	if nofile == 0 || uint64(l.MaxConnections)+fdReserve <= nofile {
+func fitConnections(configured int, l HTTPLimits, nofile uint64, natsConns int, log *slog.Logger) (HTTPLimits, error) {
+	reserve := fdReserve + int64(natsConns)
+	if nofile == 0 || int64(l.MaxConnections)+reserve <= int64(nofile) {
 		return l, nil
 	}
-	room := int64(nofile) - fdReserve
+	room := int64(nofile) - reserve
 	if configured != 0 || room < 16 {
-		return l, fmt.Errorf("config: http_limits.max_connections %d: this process may open %d files (RLIMIT_NOFILE) and a2ad keeps %d of them for NATS and its store; "+
-			"want at most %d, or raise the limit (ulimit -n, LimitNOFILE= in the systemd unit)", l.MaxConnections, nofile, fdReserve, max(room, 0))
+		of := fmt.Sprintf("%d of them for NATS and its store", fdReserve)
+		if natsConns > 0 {
+			of = fmt.Sprintf("%d of them for the embedded NATS server's connections (nats_limits.max_connections) and %d for its store", natsConns, fdReserve)
+		}
+		return l, fmt.Errorf("config: http_limits.max_connections %d: this process may open %d files (RLIMIT_NOFILE) and a2ad keeps %s; "+
+			"want at most %d, or raise the limit (ulimit -n, LimitNOFILE= in the systemd unit)", l.MaxConnections, nofile, of, max(room, 0))
 	}
 	log.Warn("http_limits.max_connections lowered to fit the open-file limit (RLIMIT_NOFILE); raise the limit for more",
 		"max_connections", room, "default", l.MaxConnections, "rlimit_nofile", nofile)
