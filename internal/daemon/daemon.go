@@ -443,6 +443,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		ln = limitConnections(ln, limits.MaxConnections, httpMetrics)
 		d.HTTPURL = scheme + "://" + ln.Addr().String()
 		public := d.HTTPURL
+		if ip := net.ParseIP(hostOf(ln.Addr().String())); cfg.PublicURL == "" && ip != nil && ip.IsUnspecified() {
+			log.Warn("public_url is not set and http_addr is every interface: the default token audience and the protected resource metadata name "+
+				public+", which no host can reach; set public_url to the URL hosts use", "http_addr", cfg.HTTPAddr)
+		}
 		if cfg.PublicURL != "" {
 			u, perr := url.Parse(cfg.PublicURL)
 			if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -136,6 +137,19 @@ func CertificateLogAttrs(c *x509.Certificate) []any {
 // IP or a name every address of which is loopback; an empty host or an
 // unspecified IP (0.0.0.0, ::) is every interface.
 func checkPlainHTTP(ctx context.Context, cfg Config, log *slog.Logger) error {
+	// public_url is where hosts send their tokens (the audience, the
+	// metadata, every 401 challenge name it): an http:// one off loopback
+	// tells them to send tokens in plain text, whatever a2ad listens on.
+	if u, err := url.Parse(cfg.PublicURL); err == nil && u.Scheme == "http" {
+		ip := net.ParseIP(u.Hostname())
+		if h := u.Hostname(); h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			if !cfg.Insecure {
+				return fmt.Errorf("config: public_url %s is http:// outside loopback: hosts would send their bearer tokens to it in plain text; "+
+					"make it https:// (a2ad's tls, or the proxy in front of it), or set insecure: true if the network is secured otherwise", cfg.PublicURL)
+			}
+			log.Warn("public_url is http:// outside loopback (insecure: true): hosts send their bearer tokens to it in plain text", "public_url", cfg.PublicURL)
+		}
+	}
 	if cfg.TLS.CertFile != "" {
 		return nil
 	}

@@ -358,6 +358,23 @@ func TestPlainHTTPOutsideLoopbackIsRefused(t *testing.T) {
 	if err != nil || strings.Contains(log.String(), "plain text") {
 		t.Errorf("0.0.0.0 with TLS: %v\n%s", err, log)
 	}
+	// Without public_url the default audience names the wildcard address
+	// (https://[::]:port/mcp), which no host can use: said at start.
+	if !strings.Contains(log.String(), "public_url is not set and http_addr is every interface") {
+		t.Errorf("0.0.0.0 without public_url: no warning that the default audience names the wildcard address:\n%s", log)
+	}
+	// Measured before: public_url http://a2ad.example.com started silently,
+	// and the audience, the metadata and every 401 sent hosts' tokens there.
+	for _, tls := range []daemon.TLSConfig{{}, {CertFile: cert, KeyFile: key}} {
+		_, err = startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", PublicURL: "http://a2ad.example.com", TLS: tls})
+		if want := "config: public_url http://a2ad.example.com is http:// outside loopback: hosts would send their bearer tokens to it in plain text; " +
+			"make it https:// (a2ad's tls, or the proxy in front of it), or set insecure: true if the network is secured otherwise"; err == nil || err.Error() != want {
+			t.Errorf("public_url http://a2ad.example.com (TLS %v): %v\nwant %s", tls.CertFile != "", err, want)
+		}
+	}
+	if _, err = startWith(daemon.Config{HTTPAddr: "127.0.0.1:0", PublicURL: "http://localhost:8080"}); err != nil {
+		t.Errorf("public_url http://localhost:8080: %v, want it served", err)
+	}
 }
 
 // A TLS or Origin setting a2ad cannot use stops the start with an error
