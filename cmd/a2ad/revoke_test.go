@@ -16,6 +16,7 @@ import (
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"github.com/nats-io/nats.go"
 )
 
@@ -244,4 +245,40 @@ func metricOf(t *testing.T, d *daemonProc, name string, labels ...string) float6
 	t.Helper()
 	r := &rig{t: t, d: d}
 	return r.metric(name, labels...)
+}
+
+// Measured before: once revoked, the reference agent logged two
+// authorization violations, stopped reconnecting and ran on without a
+// connection, unseen by its supervisor. It now exits with an error that
+// says what to do.
+func TestRevokedAgentProcessExits(t *testing.T) {
+	agentBin := fraudReviewAgent(t)
+	d := startDaemon(t, nil, "--config", configFile(t, ""), "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
+	credFile := filepath.Join(t.TempDir(), "fraud-review.jwt")
+	if err := os.WriteFile(credFile, []byte(mintCredential(t, d, "fraud-review").Credential), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command(agentBin, "--nats-url", d.NATS, "--credential-file", credFile)
+	var agentLog testlog.Buffer
+	agent.Stderr = &agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	t.Cleanup(func() { _ = agent.Process.Kill() })
+	waitUntil(t, "the agent registered", func() bool { return strings.Contains(agentLog.String(), "connected") })
+	if _, err := connectHost(t, d).delegateWhenAgentKnown(delegateArgs("C-5", 1999, "", 10)); err != nil {
+		t.Fatal(err)
+	}
+	revokeCLI(t, d, "fraud-review")
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(agentLog.String(), "NATS connection closed for good") {
+			t.Fatalf("the revoked agent ended with %v, want exit status 1 saying its connection closed for good:\n%s", err, agentLog.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the revoked agent still runs 30 s after the revocation:\n%s", agentLog.String())
+	}
 }

@@ -123,7 +123,22 @@ func run(args []string, log *slog.Logger) error {
 	defer stop()
 
 	lastConnectErr := ""
+	// nats.go gives up reconnecting when the server refuses the
+	// credential twice in a row (revoked, expired): the agent then ends
+	// with an error, so that its supervisor (systemd, Kubernetes) sees it,
+	// rather than run on without a connection.
+	closed := make(chan error, 1)
 	opts := append(refagent.ConnectOptions(*agentID, cred), // the per-agent permissions of docs/nats-binding.md §10
+		nats.ClosedHandler(func(c *nats.Conn) {
+			err := c.LastError()
+			if err == nil {
+				err = errors.New("connection closed")
+			}
+			select {
+			case closed <- err:
+			default:
+			}
+		}),
 		nats.Name("fraud-review-agent/"+*agentID),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
@@ -168,7 +183,12 @@ func run(args []string, log *slog.Logger) error {
 	if err := agent.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-closed:
+		agent.Stop()
+		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s`): %w", *agentID, err)
+	}
 	agent.Stop()
 	return nil
 }
