@@ -127,7 +127,8 @@ func fitConnections(configured int, l HTTPLimits, nofile uint64, natsConns int, 
 // http.Server's WriteTimeout alone runs from the end of a request's
 // headers, so a 50 s delegate or an SSE stream would lose its connection
 // to it: it only covers what net/http writes itself (a 431, a 400), and
-// [boundRequests] renews the deadline at each write of a handler.
+// [boundRequests] sets a deadline for each write of a handler only (in
+// HTTP/2 a passed deadline resets the stream, written to or not).
 // ReadTimeout can stay as it is: net/http clears the read deadline once
 // the body is read (to watch for the client going away), so it never
 // cuts a handler that waits.
