@@ -252,47 +252,7 @@ func TestHTTPLongCallsOutliveTheWriteTimeout(t *testing.T) {
 		t.Fatalf("task_get waiting 2 s with a 1 s write timeout: %v %+v", err, res)
 	}
 
-	req, _ := http.NewRequest(http.MethodGet, d.HTTPURL+"/v1/tasks/watch", nil)
-	req.Header.Set("Authorization", "Bearer "+devToken(t, d, "ops", "default", "a2a:admin"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /v1/tasks/watch: %d", resp.StatusCode)
-	}
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	if l := <-lines; l != ": watching" {
-		t.Fatalf("watch: first line %q", l)
-	}
-	time.Sleep(2500 * time.Millisecond) // past the write deadline the first write set
-	args = delegateArgs(evidence("C-802", 1999))
-	args["wait_seconds"] = 0
-	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: args}); err != nil || res.IsError {
-		t.Fatalf("delegate: %v %+v", err, res)
-	}
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("the watch stream ended after the write timeout, want it to deliver the new task")
-			}
-			if l == "event: task" {
-				return
-			}
-		case <-timeout:
-			t.Fatal("no task event on the watch stream within 30 s")
-		}
-	}
+	watchOutlivesTheWriteTimeout(t, d, http.DefaultClient, cs, "C-802", 1)
 }
 
 // The same over HTTP/2 (TLS, as browsers and most HTTP clients speak to
@@ -329,7 +289,15 @@ func TestHTTPLongCallsOutliveTheWriteTimeoutOverHTTP2(t *testing.T) {
 		t.Fatal("the host did not speak HTTP/2")
 	}
 
-	client := &http.Client{Transport: h2}
+	watchOutlivesTheWriteTimeout(t, d, &http.Client{Transport: h2}, cs, "C-812", 2)
+}
+
+// watchOutlivesTheWriteTimeout opens GET /v1/tasks/watch with client
+// (speaking HTTP major version proto), waits past the write deadline its
+// first write set, delegates caseID through cs, and wants the stream to
+// deliver the new task.
+func watchOutlivesTheWriteTimeout(t *testing.T, d *daemon.Daemon, client *http.Client, cs *mcp.ClientSession, caseID string, proto int) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, d.HTTPURL+"/v1/tasks/watch", nil)
 	req.Header.Set("Authorization", "Bearer "+devToken(t, d, "ops", "default", "a2a:admin"))
 	resp, err := client.Do(req)
@@ -337,6 +305,9 @@ func TestHTTPLongCallsOutliveTheWriteTimeoutOverHTTP2(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != proto {
+		t.Fatalf("GET /v1/tasks/watch: %d over %s, want 200 over HTTP/%d", resp.StatusCode, resp.Proto, proto)
+	}
 	lines := make(chan string, 64)
 	go func() {
 		sc := bufio.NewScanner(resp.Body)
@@ -345,11 +316,11 @@ func TestHTTPLongCallsOutliveTheWriteTimeoutOverHTTP2(t *testing.T) {
 		}
 		close(lines)
 	}()
-	if l := <-lines; l != ": watching" || resp.ProtoMajor != 2 {
-		t.Fatalf("watch over %s: first line %q", resp.Proto, l)
+	if l := <-lines; l != ": watching" {
+		t.Fatalf("watch: first line %q", l)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	args = delegateArgs(evidence("C-812", 1999))
+	time.Sleep(2500 * time.Millisecond) // past the write deadline the first write set
+	args := delegateArgs(evidence(caseID, 1999))
 	args["wait_seconds"] = 0
 	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: args}); err != nil || res.IsError {
 		t.Fatalf("delegate: %v %+v", err, res)
@@ -359,13 +330,13 @@ func TestHTTPLongCallsOutliveTheWriteTimeoutOverHTTP2(t *testing.T) {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatal("the HTTP/2 watch stream ended after the write timeout, want it to deliver the new task")
+				t.Fatalf("the watch stream (%s) ended after the write timeout, want it to deliver the new task", resp.Proto)
 			}
 			if l == "event: task" {
 				return
 			}
 		case <-timeout:
-			t.Fatal("no task event on the HTTP/2 watch stream within 30 s")
+			t.Fatalf("no task event on the watch stream (%s) within 30 s", resp.Proto)
 		}
 	}
 }
