@@ -41,19 +41,7 @@ func TestAgentOverNATSTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	agent := exec.Command(agentBin, "--nats-url", d.NATS, "--nats-ca", ca.File, "--credential-file", credFile)
-	var agentLog testlog.Buffer
-	agent.Stderr = &agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = agent.Process.Kill()
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", agentLog.String())
-		}
-	})
+	agentLog, _ := startAgentProcess(t, agentBin, "--nats-url", d.NATS, "--nats-ca", ca.File, "--credential-file", credFile)
 	h := connectHost(t, d)
 	first, err := h.delegateWhenAgentKnown(delegateArgs("C-7", 1999, "", 10))
 	if err != nil || first.State != "completed" || first.Artifacts[0].Parts[0].Data["risk_level"] != "low" {
@@ -122,20 +110,8 @@ func TestExternalNATSWithMutualTLS(t *testing.T) {
 	if err := os.WriteFile(credFile, []byte(credential(t, d, "fraud-review")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	agent := exec.Command(agentBin, "--nats-url", s.ClientURL(), "--nats-ca", ca.File, "--nats-client-cert", agentCert, "--nats-client-key", agentKey,
+	startAgentProcess(t, agentBin, "--nats-url", s.ClientURL(), "--nats-ca", ca.File, "--nats-client-cert", agentCert, "--nats-client-key", agentKey,
 		"--credential-file", credFile)
-	var agentLog testlog.Buffer
-	agent.Stderr = &agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = agent.Process.Kill()
-		_ = agent.Wait()
-		if t.Failed() {
-			t.Logf("agent log:\n%s", agentLog.String())
-		}
-	})
 	h := connectHost(t, d)
 	got, err := h.delegateWhenAgentKnown(delegateArgs("C-7", 1999, "", 10))
 	if err != nil || got.State != "completed" {
@@ -154,4 +130,27 @@ func TestExternalNATSWithMutualTLS(t *testing.T) {
 	if peers["a2ad"] != "CN=a2ad" || peers["fraud-review-agent/fraud-review"] != "CN=fraud-review" {
 		t.Errorf("client certificates the server saw, by connection name: %v; want a2ad CN=a2ad, fraud-review-agent/fraud-review CN=fraud-review", peers)
 	}
+}
+
+// startAgentProcess runs the fraud-review-agent binary with args until the
+// test ends: its log, and a channel that receives its Wait's result
+// (once; then it is closed).
+func startAgentProcess(t *testing.T, agentBin string, args ...string) (*testlog.Buffer, <-chan error) {
+	t.Helper()
+	agent := exec.Command(agentBin, args...)
+	agentLog := &testlog.Buffer{}
+	agent.Stderr = agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait(); close(exited) }() // then closed: the cleanup never blocks
+	t.Cleanup(func() {
+		_ = agent.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("agent log:\n%s", agentLog.String())
+		}
+	})
+	return agentLog, exited
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/refagent"
-	"github.com/a2ad/a2ad/internal/testlog"
 	"github.com/nats-io/nats.go"
 )
 
@@ -258,15 +257,7 @@ func TestRevokedAgentProcessExits(t *testing.T) {
 	if err := os.WriteFile(credFile, []byte(mintCredential(t, d, "fraud-review").Credential), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	agent := exec.Command(agentBin, "--nats-url", d.NATS, "--credential-file", credFile)
-	var agentLog testlog.Buffer
-	agent.Stderr = &agentLog
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- agent.Wait() }()
-	t.Cleanup(func() { _ = agent.Process.Kill() })
+	agentLog, exited := startAgentProcess(t, agentBin, "--nats-url", d.NATS, "--credential-file", credFile)
 	waitUntil(t, "the agent registered", func() bool { return strings.Contains(agentLog.String(), "connected") })
 	if _, err := connectHost(t, d).delegateWhenAgentKnown(delegateArgs("C-5", 1999, "", 10)); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@
 package embedded
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/subtle"
 	"crypto/tls"
@@ -102,27 +103,13 @@ var DefaultLimits = Limits{MaxConnections: 4096, MaxSubscriptions: 1024, MaxPend
 
 // Or returns l with each zero field taken from d.
 func (l Limits) Or(d Limits) Limits {
-	if l.MaxConnections == 0 {
-		l.MaxConnections = d.MaxConnections
-	}
-	if l.MaxSubscriptions == 0 {
-		l.MaxSubscriptions = d.MaxSubscriptions
-	}
-	if l.MaxPendingBytes == 0 {
-		l.MaxPendingBytes = d.MaxPendingBytes
-	}
-	if l.WriteDeadline == 0 {
-		l.WriteDeadline = d.WriteDeadline
-	}
-	if l.AuthTimeout == 0 {
-		l.AuthTimeout = d.AuthTimeout
-	}
-	if l.PingInterval == 0 {
-		l.PingInterval = d.PingInterval
-	}
-	if l.MaxPingsOut == 0 {
-		l.MaxPingsOut = d.MaxPingsOut
-	}
+	l.MaxConnections = cmp.Or(l.MaxConnections, d.MaxConnections)
+	l.MaxSubscriptions = cmp.Or(l.MaxSubscriptions, d.MaxSubscriptions)
+	l.MaxPendingBytes = cmp.Or(l.MaxPendingBytes, d.MaxPendingBytes)
+	l.WriteDeadline = cmp.Or(l.WriteDeadline, d.WriteDeadline)
+	l.AuthTimeout = cmp.Or(l.AuthTimeout, d.AuthTimeout)
+	l.PingInterval = cmp.Or(l.PingInterval, d.PingInterval)
+	l.MaxPingsOut = cmp.Or(l.MaxPingsOut, d.MaxPingsOut)
 	return l
 }
 
