@@ -17,6 +17,7 @@ import (
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/agentcred"
+	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/nats-io/nats.go"
@@ -306,6 +307,14 @@ func mintDirect(ctx context.Context, natsURL, caFile, dataDir string, replicas i
 	tok, c, err := keys.MintClaims(id, ttl, time.Now())
 	if err != nil {
 		return admin.Credential{}, err
+	}
+	// Recorded as the admin API records it; the operator is who holds
+	// a2ad's NATS user here, with no token subject to name.
+	exp := c.Expires
+	rec := audit.Record{Kind: audit.KindAgentCredential, Actor: audit.Actor{Type: audit.ActorOperator, Subject: "nats-cli"},
+		AgentID: id, ExpiresAt: &exp, JTI: c.ID}
+	if err := audit.Write(ctx, js, rec, "a2ad agents credential"); err != nil {
+		return admin.Credential{}, fmt.Errorf("credential not issued: %w", err)
 	}
 	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: c.Expires.UTC(), JTI: c.ID}, nil
 }

@@ -273,3 +273,28 @@ func TestRevokedAgentProcessExits(t *testing.T) {
 		t.Fatalf("the revoked agent still runs 30 s after the revocation:\n%s", agentLog.String())
 	}
 }
+
+// Measured before: credentials minted straight from NATS (`a2ad agents
+// credential ID --nats-url …`, the form for stdio set-ups and the systemd
+// README) were missing from the audit trail the docs promise them in.
+func TestCredentialMintedOverNATSIsAudited(t *testing.T) {
+	d := startDaemon(t, nil, "--config", configFile(t, ""), "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--nats-url", d.NATS, "--data-dir", d.DataDir, "--ttl", "1h", "--json").Output()
+	if err != nil {
+		t.Fatalf("a2ad agents credential --nats-url: %v", err)
+	}
+	var c admin.Credential
+	if err := json.Unmarshal(out, &c); err != nil || len(c.JTI) != 32 {
+		t.Fatalf("a2ad agents credential --nats-url --json: %s (%v)", out, err)
+	}
+	var trail []byte
+	waitUntil(t, "the issued record", func() bool {
+		trail, _ = exec.Command(bin, "audit", "--data-dir", d.DataDir, "--server", d.HTTP, "--kind", "agent.credential_issued", "--json").Output()
+		return strings.Contains(string(trail), c.JTI)
+	})
+	for _, want := range []string{`"agent_id":"fraud-review"`, `"type":"operator"`, `"subject":"nats-cli"`} {
+		if !strings.Contains(strings.ReplaceAll(string(trail), " ", ""), want) {
+			t.Errorf("the agent.credential_issued record lacks %s:\n%s", want, trail)
+		}
+	}
+}

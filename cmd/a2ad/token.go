@@ -35,7 +35,7 @@ func newToken() *cobra.Command {
 	mint := &cobra.Command{
 		Use:   "mint",
 		Short: "Print a development JWT signed with the data directory's key",
-		Long: "Prints a JWT (EdDSA) signed with the development key in the data directory (generated if absent),\n" +
+		Long: "Prints a JWT (EdDSA) signed with the development key in the data directory (which `a2ad serve` makes at its first start),\n" +
 			"for a daemon that has no other key source configured. Send it as `Authorization: Bearer <token>`.\n" +
 			"Scopes: a2a:read (agents_list, task_get), a2a:delegate (delegate, task_respond, task_cancel), a2a:admin (/v1/).",
 		Args: cobra.NoArgs,

@@ -187,7 +187,7 @@ func run(args []string, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err := <-closed:
 		agent.Stop()
-		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s`): %w", *agentID, err)
+		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
 	}
 	agent.Stop()
 	return nil

@@ -288,6 +288,27 @@ func (l *Log) Append(r Record) {
 	}
 }
 
+// Write stores r in the audit stream at once and waits for JetStream's
+// acknowledgement: for a process without a Log, such as the operator's
+// CLI minting a credential straight from NATS. It fills r's id and time
+// as Append does; instance names the writer.
+func Write(ctx context.Context, js jetstream.JetStream, r Record, instance string) error {
+	r.ID = newID()
+	if r.At.IsZero() {
+		r.At = time.Now().UTC()
+	}
+	r.Instance = instance
+	r.bound()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := js.Publish(ctx, subjectOf(r), b, jetstream.WithMsgID(r.ID)); err != nil {
+		return fmt.Errorf("audit record %s not stored: %w", r.Kind, err)
+	}
+	return nil
+}
+
 // MaxAge is the audit stream's max_age as Open found it: the configured
 // one, or the stream's own where it differs (Open warns then); 0 means
 // records are kept for ever.
