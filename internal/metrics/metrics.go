@@ -62,7 +62,7 @@ type Metrics struct {
 	EventsTerminated *prometheus.CounterVec
 	// AgentsDisconnected counts agent connections the embedded server
 	// closed for going over their agent_limits, by agent and reason
-	// (publish_rate, subscriptions, connections).
+	// (publish_rate, subscriptions, connections) or a revoked credential (revoked).
 	AgentsDisconnected *prometheus.CounterVec
 	// Registrations counts agents' registrations (a2a.registry.register)
 	// by the agent id of their verified credential ("" without one) and
@@ -107,7 +107,7 @@ func New() *Metrics {
 	m.Tasks = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "a2ad_tasks",
 		Help: "Tasks in each non-terminal state, as this instance's watcher of the task bucket sees them."}, []string{"state"})
 	m.AgentsDisconnected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_agent_disconnects_total",
-		Help: "Agent connections the embedded NATS server closed for going over their agent_limits, by agent and reason (publish_rate, subscriptions, connections)."}, []string{"agent", "reason"})
+		Help: "Agent connections the embedded NATS server closed, by agent and reason: over their agent_limits (publish_rate, subscriptions, connections) or a revoked credential (revoked)."}, []string{"agent", "reason"})
 	m.EventsTerminated = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_events_terminated_total",
 		Help: "Agent events removed from their stream without being applied (they never can be), by agent and reason."}, []string{"agent", "reason"})
 	m.Registrations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a2ad_registrations_total",
