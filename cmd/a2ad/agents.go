@@ -129,7 +129,7 @@ Its jti is printed on stderr and recorded in the audit trail:
 			var raw []byte
 			var err error
 			if natsURL != "" {
-				res, err = mintDirect(c.Context(), natsURL, natsCA, f.dataDir, replicas, args[0], ttl)
+				res, err = mintDirect(c.Context(), c.ErrOrStderr(), natsURL, natsCA, f.dataDir, replicas, args[0], ttl)
 				if err == nil {
 					raw, err = json.MarshalIndent(res, "", "  ")
 					raw = append(raw, '\n')
@@ -263,7 +263,7 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 // listener. On the embedded server it connects as user a2ad with the
 // password in dataDir, unless the URL names a user; caFile, if set,
 // verifies the server over TLS.
-func mintDirect(ctx context.Context, natsURL, caFile, dataDir string, replicas int, id string, ttl time.Duration) (admin.Credential, error) {
+func mintDirect(ctx context.Context, stderr io.Writer, natsURL, caFile, dataDir string, replicas int, id string, ttl time.Duration) (admin.Credential, error) {
 	opts := []nats.Option{nats.Name("a2ad agents credential"), nats.CustomInboxPrefix(embedded.DaemonInboxPrefix), nats.Timeout(5 * time.Second)}
 	if caFile != "" {
 		opts = append(opts, nats.RootCAs(caFile))
@@ -313,7 +313,12 @@ func mintDirect(ctx context.Context, natsURL, caFile, dataDir string, replicas i
 	exp := c.Expires
 	rec := audit.Record{Kind: audit.KindAgentCredential, Actor: audit.Actor{Type: audit.ActorOperator, Subject: "nats-cli"},
 		AgentID: id, ExpiresAt: &exp, JTI: c.ID}
-	if err := audit.Write(ctx, js, rec, "a2ad agents credential"); err != nil {
+	switch err := audit.Write(ctx, js, rec, "a2ad agents credential"); {
+	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders):
+		// No audit stream yet: a2ad has not run on this NATS (it creates
+		// the stream with its configured limits at its first start).
+		fmt.Fprintf(stderr, "warning: credential for agent %s (jti %s) not recorded in the audit trail: no audit stream on this NATS yet (a2ad has not started on it)\n", id, c.ID)
+	case err != nil:
 		return admin.Credential{}, fmt.Errorf("credential not issued: %w", err)
 	}
 	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: c.Expires.UTC(), JTI: c.ID}, nil
