@@ -685,6 +685,11 @@ func TestHostileConnectionsAndSubscriptions(t *testing.T) {
 	}
 	_ = subs.Flush()
 	eventually(t, "the connection with 1,000 subscriptions closed", 10*time.Second, func() bool { return !subs.IsConnected() })
+	// The guard counts a disconnect once it has closed the connection: the
+	// client can see the close first.
+	eventually(t, "the disconnect counted", 5*time.Second, func() bool {
+		return r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="subscriptions"`) >= 1
+	})
 	if n := r.metric("a2ad_agent_disconnects_total", `agent="mallory"`, `reason="subscriptions"`); n != 1 {
 		t.Errorf("a2ad_agent_disconnects_total{reason=subscriptions} = %v, want 1", n)
 	}
