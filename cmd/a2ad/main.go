@@ -88,6 +88,9 @@ func newServe() *cobra.Command {
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line
 			}
+			if v := os.Getenv("A2AD_NATS_SYSTEM_URL"); v != "" {
+				cfg.NATSAuthCallout.SystemURL = v
+			}
 			log, err := cfg.Log.NewLogger(cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -26,7 +26,6 @@ import (
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/task"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -430,32 +429,14 @@ func operatorConn(t *testing.T, d *daemon.Daemon) *nats.Conn {
 // fraud-review-secret for the agent. It returns the server's host:port.
 func startAccountsConf(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
 	accounts, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "accounts.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600)
-	main := "listen: 127.0.0.1:-1\njetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\ninclude ./accounts.conf\n"
-	_ = os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(main), 0o600)
 	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
 	t.Setenv("FRAUD_REVIEW_NATS_PASSWORD", "fraud-review-secret")
 	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
-	if err != nil {
-		t.Fatalf("deploy/nats-cluster/accounts.conf: %v", err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return strings.TrimPrefix(ns.ClientURL(), "nats://")
+	return natstest.StartConfig(t, "include ./accounts.conf\n", map[string][]byte{"accounts.conf": accounts})
 }
 
 // deploy/nats-cluster/accounts.conf gives an external NATS the same

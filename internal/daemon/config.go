@@ -73,6 +73,13 @@ type Config struct {
 	NATSTLS NATSTLSConfig `yaml:"nats_tls"`
 	// NATSLimits bound each connection to the embedded server.
 	NATSLimits NATSLimits `yaml:"nats_limits"`
+	// NATSAuthCallout makes a2ad the auth callout service of the external
+	// NATS server (nats_url): agents then connect with their a2ad
+	// credential alone, as to the embedded server, and a revoked one is
+	// refused at connect and cut off (docs/operations.md, Agent
+	// credentials on an external NATS). Empty: agents connect with NATS
+	// users of their own.
+	NATSAuthCallout NATSAuthCalloutConfig `yaml:"nats_auth_callout"`
 	// JetStreamMaxMemory and JetStreamMaxStore limit the embedded server, in
 	// bytes (default 256 MiB and 4 GiB).
 	JetStreamMaxMemory int64 `yaml:"jetstream_max_memory"`

@@ -35,6 +35,7 @@ import (
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/metrics"
+	"github.com/a2ad/a2ad/internal/natsauth"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -76,6 +77,12 @@ type Daemon struct {
 	sessions      embedded.Sessions
 	revocations   agentcred.Revocations
 	revocationsKV jetstream.KeyValue
+	// callout is the auth callout subscription on an external NATS
+	// (nats_auth_callout); systemNC and kicker, with system_url, close
+	// revoked credentials' connections there.
+	callout  *nats.Subscription
+	systemNC *nats.Conn
+	kicker   *natsauth.Kicker
 	// registrations rate-limit registrations per agent.
 	registrations *registrationLimits
 	// aggregate bounds the records and log lines about one agent's
@@ -118,6 +125,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 	}
 	plainNATS, err := checkNATSTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	calloutIssuer, calloutXKey, err := cfg.calloutKeys()
 	if err != nil {
 		return nil, err
 	}
@@ -294,6 +305,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	d.keys.Store(d.AgentKeys)
+	if calloutIssuer != nil {
+		if err := d.startCallout(ctx, calloutIssuer, calloutXKey); err != nil {
+			return nil, err
+		}
+	}
 	idemKey, idemSince, err := sharedSecret(ctx, js, cfg.Replicas, "idempotency-task-id-hmac")
 	if err != nil {
 		return nil, err
@@ -475,7 +491,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		origins := allowedOrigins(d.HTTPURL, public, cfg.HTTPAllowedOrigins)
 		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(rates.MCP(mcpedge.HTTPHandler(d.MCP, log)))))
 		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, rates.Admin(admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
-			Revoke: d.Revoke, QuarantineOnRevokeAll: d.ns == nil})))
+			Revoke: d.Revoke, QuarantineOnRevokeAll: d.ns == nil && d.kicker == nil})))
 		if cfg.TLS.ClientCAFile != "" {
 			adminAPI = requireClientCertificate(d.obs.httpRefused, adminAPI)
 		}
@@ -809,6 +825,9 @@ func (d *Daemon) Stop() {
 		}
 		d.Audit.Close(5 * time.Second)
 		d.tracer.Shutdown()
+		if d.systemNC != nil {
+			d.systemNC.Close()
+		}
 		if d.nc != nil {
 			_ = d.nc.Drain()
 			d.nc.Close()

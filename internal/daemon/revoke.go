@@ -130,16 +130,22 @@ func (d *Daemon) applyRevocation(e jetstream.KeyValueEntry) string {
 	return ""
 }
 
-// cutOff closes, on the embedded server, every agent connection whose
-// credential is revoked now, at once and twice more in the next three
-// seconds (a connection being authenticated while the revocation arrived
-// is listed by then). On an external NATS a2ad has no hold on agents'
-// connections: they connect with their own NATS users.
+// cutOff closes every agent connection whose credential is revoked now,
+// at once and twice more in the next three seconds (a connection being
+// authenticated while the revocation arrived is listed by then): on the
+// embedded server, or through the system account on an external NATS
+// whose auth callout a2ad serves (nats_auth_callout.system_url). Without
+// either a2ad has no hold on agents' connections: they connect with their
+// own NATS users.
 func (d *Daemon) cutOff(ctx context.Context) {
-	if d.ns == nil {
+	if d.ns == nil && d.kicker == nil {
 		return
 	}
 	sweep := func() {
+		if d.ns == nil {
+			d.cutOffExternal(ctx)
+			return
+		}
 		for agent, n := range embedded.CloseRefused(d.ns, &d.sessions, d.verifyAgent) {
 			for range n {
 				d.obs.agentDisconnected(agent, "revoked")
@@ -147,11 +153,18 @@ func (d *Daemon) cutOff(ctx context.Context) {
 			d.log.Warn("agent connections closed: credential revoked", "agent", agent, "closed", n)
 		}
 	}
-	sweep()
+	waits := []time.Duration{time.Second, 2 * time.Second}
+	if d.ns != nil {
+		sweep()
+	} else {
+		// Through the system account a sweep waits for every server's
+		// answer: not on the watcher's goroutine.
+		waits = append([]time.Duration{0}, waits...)
+	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		for _, wait := range []time.Duration{time.Second, 2 * time.Second} {
+		for _, wait := range waits {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():

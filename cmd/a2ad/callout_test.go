@@ -1,0 +1,167 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// startCalloutNATS runs a NATS server with deploy/nats-cluster/auth-callout.conf
+// as shipped and the environment it names; it returns the server's
+// host:port and the file with the issuer's seed for a2ad.
+func startCalloutNATS(t *testing.T) (hostPort, issuerSeedFile string) {
+	t.Helper()
+	kp, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	issuerSeedFile = filepath.Join(t.TempDir(), "callout-issuer.nk")
+	if err := os.WriteFile(issuerSeedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "auth-callout.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
+	t.Setenv("A2AD_SYSTEM_NATS_PASSWORD", "system-secret")
+	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
+	t.Setenv("A2AD_CALLOUT_ISSUER", pub)
+	return natstest.StartConfig(t, "include ./auth-callout.conf\n", map[string][]byte{"auth-callout.conf": conf}), issuerSeedFile
+}
+
+// Measured before: on an external NATS a revoked credential's agent stayed
+// connected (a2ad had no hold on its NATS user), so revoking could only
+// quarantine it. With a2ad as the server's auth callout
+// (deploy/nats-cluster/auth-callout.conf, nats_auth_callout), the agent
+// connects with its a2ad credential alone, confined to its own subjects;
+// a forged credential is refused at connect; a credential revoked through
+// one instance has its live connection closed within seconds by the
+// other, through the system account, and is refused at connect, while
+// the agent's other credential keeps working; revoking all of them cuts
+// off the rest without quarantining the agent.
+func TestAuthCalloutCutsOffRevokedCredentialsOnExternalNATS(t *testing.T) {
+	hostPort, seedFile := startCalloutNATS(t)
+	natsURL := "nats://" + hostPort
+	cfg := configFile(t, "nats_auth_callout:\n  issuer_seed_file: "+seedFile+"\n")
+	// The system account's URL from the environment, as the docs say: it
+	// holds a password.
+	env := []string{"A2AD_NATS_SYSTEM_URL=nats://a2ad-system:system-secret@" + hostPort}
+	instance := func() *daemonProc {
+		return startDaemon(t, env, "--config", cfg, "--nats-url", "nats://a2ad:a2ad-secret@"+hostPort, "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0")
+	}
+	a, b := instance(), instance()
+	for _, d := range []*daemonProc{a, b} {
+		if !strings.Contains(d.log.String(), "NATS auth callout: agents connect with their a2ad credential") {
+			t.Fatalf("a2ad did not say it serves the auth callout:\n%s", tail(d.log.String(), 20))
+		}
+	}
+
+	first, second := mintCredential(t, a, "fraud-review"), mintCredential(t, b, "fraud-review")
+	firstConn, firstClosed := agentConn(t, natsURL, first.Credential)
+	secondConn, secondClosed := agentConn(t, natsURL, second.Credential)
+	if res := registerWith(t, firstConn, first.Credential); res.Code != "" || res.Status != "approved" {
+		t.Fatalf("registration through the callout: %+v, want approved", res)
+	}
+
+	// Confined to its own subjects, as on the embedded server.
+	var mu sync.Mutex
+	var violations []string
+	confined, err := nats.Connect(natsURL, append(refagent.ConnectOptions("fraud-review", second.Credential),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			violations = append(violations, strings.ToLower(err.Error()))
+			mu.Unlock()
+		}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer confined.Close()
+	for _, subj := range []string{"a2a.agent.other.rpc", "$KV.a2ad_tasks.>", "$SYS.REQ.USER.AUTH"} {
+		if _, err := confined.Subscribe(subj, func(*nats.Msg) {}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = confined.Publish("a2a.events.other.tsk-forged", []byte(`{}`))
+	_ = confined.Flush()
+	for _, want := range []string{`subscription to "a2a.agent.other.rpc"`, `subscription to "$kv.a2ad_tasks.>"`, `subscription to "$sys.req.user.auth"`, `publish to "a2a.events.other.tsk-forged"`} {
+		waitUntil(t, "a permissions violation for "+want, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, v := range violations {
+				if strings.Contains(v, "permissions violation for "+want) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	confined.Close()
+
+	for name, opts := range map[string][]nats.Option{
+		"a forged credential":                     refagent.ConnectOptions("fraud-review", "eyJhbGciOiJFZERTQSJ9.e30.AAAA"),
+		"no credential":                           nil,
+		"a2ad's user with a wrong password":       {nats.UserInfo("a2ad", "guess")},
+		"another agent's id with this credential": {nats.UserInfo("other", first.Credential)},
+	} {
+		if nc, err := nats.Connect(natsURL, append(opts, nats.MaxReconnects(0))...); !errors.Is(err, nats.ErrAuthorization) {
+			if nc != nil {
+				nc.Close()
+			}
+			t.Errorf("connect with %s: %v, want an authorization violation", name, err)
+		}
+	}
+
+	// One credential, revoked through b.
+	revoked := time.Now()
+	if out, want := revokeCLI(t, b, "fraud-review", "--credential", first.JTI), "revoked credential "+first.JTI+" of agent fraud-review\n"; out != want {
+		t.Fatalf("revoke --credential printed %q, want %q", out, want)
+	}
+	took := closedWithin(t, "the revoked credential's connection", firstClosed, revoked, 5*time.Second)
+	t.Logf("connection with the revoked credential closed %s after revoking", took.Round(time.Millisecond))
+	if nc, err := nats.Connect(natsURL, append(refagent.ConnectOptions("fraud-review", first.Credential), nats.MaxReconnects(0))...); !errors.Is(err, nats.ErrAuthorization) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("connect with the revoked credential: %v, want an authorization violation", err)
+	}
+	select {
+	case <-secondClosed:
+		t.Fatal("the agent's other credential was cut off too")
+	default:
+	}
+	if res := registerWith(t, secondConn, second.Credential); res.Code != "" || res.Status != "approved" {
+		t.Fatalf("registration with the agent's other credential: %+v, want approved", res)
+	}
+
+	// Every credential, revoked through a: the agent is cut off, not
+	// quarantined (a2ad holds its connections now).
+	revoked = time.Now()
+	out := revokeCLI(t, a, "fraud-review")
+	took = closedWithin(t, "the agent's other connection", secondClosed, revoked, 5*time.Second)
+	t.Logf("connection closed %s after revoking every credential", took.Round(time.Millisecond))
+	if strings.Contains(out, "quarantined") || !strings.HasPrefix(out, "revoked every credential of agent fraud-review issued before ") {
+		t.Errorf("revoke printed %q, want every credential revoked and no quarantine", out)
+	}
+	disconnects := metricOf(t, a, "a2ad_agent_disconnects_total", `agent="fraud-review"`, `reason="revoked"`) +
+		metricOf(t, b, "a2ad_agent_disconnects_total", `agent="fraud-review"`, `reason="revoked"`)
+	if disconnects != 2 {
+		t.Errorf("a2ad_agent_disconnects_total{reason=revoked} on both instances = %v, want 2 (one per connection closed)", disconnects)
+	}
+	fresh := mintCredential(t, b, "fraud-review")
+	nc, _ := agentConn(t, natsURL, fresh.Credential)
+	if res := registerWith(t, nc, fresh.Credential); res.Code != "" || res.Status != "approved" {
+		t.Fatalf("registration with a credential minted after the revocation: %+v, want approved", res)
+	}
+}
