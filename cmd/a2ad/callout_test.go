@@ -159,6 +159,14 @@ func TestAuthCalloutCutsOffRevokedCredentialsOnExternalNATS(t *testing.T) {
 	if disconnects != 2 {
 		t.Errorf("a2ad_agent_disconnects_total{reason=revoked} on both instances = %v, want 2 (one per connection closed)", disconnects)
 	}
+	// Each refusal at connect is counted by the instance that answered it.
+	for reason, want := range map[string]float64{"invalid_credential": 1, "missing_credential": 1, "refused": 1, "revoked": 1} {
+		got := metricOf(t, a, "a2ad_auth_failures_total", `edge="nats"`, `reason="`+reason+`"`) +
+			metricOf(t, b, "a2ad_auth_failures_total", `edge="nats"`, `reason="`+reason+`"`)
+		if got != want {
+			t.Errorf("a2ad_auth_failures_total{edge=nats,reason=%s} on both instances = %v, want %v", reason, got, want)
+		}
+	}
 	fresh := mintCredential(t, b, "fraud-review")
 	nc, _ := agentConn(t, natsURL, fresh.Credential)
 	if res := registerWith(t, nc, fresh.Credential); res.Code != "" || res.Status != "approved" {

@@ -200,21 +200,34 @@ func (c Config) checkNATSTLS(plain func(what string, refusal error) error) error
 	if t.CAFile != "" || t.ClientCertFile != "" {
 		return nil // nats.go then connects over TLS only
 	}
-	for _, raw := range strings.Split(c.NATSURL, ",") {
+	if err := checkPlainNATSURLs("nats_url", c.NATSURL, plain); err != nil {
+		return err
+	}
+	if c.NATSAuthCallout.SystemURL != "" {
+		return checkPlainNATSURLs("nats_auth_callout.system_url", c.NATSAuthCallout.SystemURL, plain)
+	}
+	return nil
+}
+
+// checkPlainNATSURLs refuses (through plain) the NATS URLs of key that
+// would cross a network in plain text: without nats_tls.ca_file or a
+// client certificate, nats.go speaks TLS only to a tls:// URL list.
+func checkPlainNATSURLs(key, urls string, plain func(what string, refusal error) error) error {
+	for _, raw := range strings.Split(urls, ",") {
 		u := strings.TrimSpace(raw)
 		if !strings.Contains(u, "://") {
 			u = "nats://" + u
 		}
 		p, err := url.Parse(u)
 		if err != nil {
-			return plain("nats_url", fmt.Errorf("config: nats_url %s: not a URL", RedactURLs(raw)))
+			return plain(key, fmt.Errorf("config: %s %s: not a URL", key, RedactURLs(raw)))
 		}
 		if p.Scheme == "tls" {
 			return nil // nats.go then connects over TLS only, to every URL
 		}
 		if !loopback(p.Hostname()) {
-			return plain("nats_url "+RedactURLs(raw), fmt.Errorf("%w: nats_url %s would send a2ad's NATS credentials in plain text; use tls:// URLs (with nats_tls.ca_file, flag --nats-ca FILE, unless the system's roots verify the server), "+
-				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, RedactURLs(raw)))
+			return plain(key+" "+RedactURLs(raw), fmt.Errorf("%w: %s %s would send a2ad's NATS credentials in plain text; use tls:// URLs (with nats_tls.ca_file, flag --nats-ca FILE, unless the system's roots verify the server), "+
+				"or insecure: true if the network is secured otherwise", ErrNATSPlainText, key, RedactURLs(raw)))
 		}
 	}
 	return nil
