@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // The first run on a machine builds nats-server from the module cache (up to
@@ -389,5 +393,104 @@ func TestDeployConfigsWithTLS(t *testing.T) {
 	if nc, err := nats.Connect(c.nodes[0].clientURL, nats.Timeout(2*time.Second)); err == nil {
 		nc.Close()
 		t.Error("a client without the CA connected")
+	}
+}
+
+// TestDeployConfigsWithAuthCallout runs the shipped configs with
+// auth-callout.conf included and a2ad, on node 1, as the callout service
+// with its system account user: an agent on node 3 connects with its a2ad
+// credential alone (the authorization request crosses the routes), a
+// forged credential is refused on node 2, and revoking the agent's
+// credentials through a2ad closes its live connection on node 3 within
+// seconds, after which it is refused at connect.
+func TestDeployConfigsWithAuthCallout(t *testing.T) {
+	dir := filepath.Join("..", "..", "deploy", "nats-cluster")
+	callout, err := os.ReadFile(filepath.Join(dir, "auth-callout.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer, _ := nkeys.CreateAccount()
+	seed, _ := issuer.Seed()
+	pub, _ := issuer.PublicKey()
+	seedFile := filepath.Join(t.TempDir(), "issuer.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// nats-server reads them from its environment, which it inherits.
+	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
+	t.Setenv("A2AD_SYSTEM_NATS_PASSWORD", "system-secret")
+	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
+	t.Setenv("A2AD_CALLOUT_ISSUER", pub)
+	var confs []string
+	for i := 1; i <= 3; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("n%d.conf", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := "# include ./auth-callout.conf\n"
+		if !strings.Contains(string(b), line) {
+			t.Fatalf("n%d.conf has no line %q", i, line)
+		}
+		confs = append(confs, strings.Replace(string(b), line, string(callout)+"\n", 1))
+	}
+	shipped := []int{4222, 4223, 4224, 6222, 6223, 6224, 8222, 8223, 8224}
+	free, err := freePorts(len(shipped))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, 3)
+	c.clientOpts = []nats.Option{nats.UserInfo("a2ad", "a2ad-secret")}
+	for i, nd := range c.nodes {
+		if err := c.launch(nd, rewriteConf(t, confs[i], shipped, free, nd.store)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitReady()
+	host := func(i int) string { return strings.TrimPrefix(c.URL(i), "nats://") }
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + host(0), DataDir: t.TempDir(), Replicas: 3,
+		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile, SystemURL: "nats://a2ad-system:system-secret@" + host(0)}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	cred, _, err := d.AgentKeys.Mint("fraud-review", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan time.Time, 1)
+	agent, err := nats.Connect(c.URL(2), nats.Token(cred), nats.CustomInboxPrefix("_INBOX_fraud-review"), nats.MaxReconnects(0),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}), // the closing violation is expected
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {
+			select {
+			case lost <- time.Now():
+			default:
+			}
+		}))
+	if err != nil {
+		t.Fatalf("agent on node 3 with its a2ad credential: %v", err)
+	}
+	defer agent.Close()
+	if nc, err := nats.Connect(c.URL(1), nats.Token("forged"), nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("forged credential on node 2: %v, want an authorization violation", err)
+	}
+	revoked := time.Now()
+	if _, err := d.Revoke(context.Background(), "fraud-review", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-lost:
+		t.Logf("agent's connection on node 3 closed %s after the revocation through node 1", at.Sub(revoked).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revoked agent's connection on node 3 still open 5 s after the revocation")
+	}
+	if nc, err := nats.Connect(c.URL(2), nats.Token(cred), nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("revoked credential on node 3: %v, want an authorization violation", err)
 	}
 }
