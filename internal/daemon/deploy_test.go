@@ -9,6 +9,7 @@ package daemon_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding"
@@ -37,6 +38,7 @@ import (
 	"github.com/a2ad/a2ad/internal/testcert"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -887,6 +889,16 @@ func natsUserOK(u *url.Userinfo, user string, passwords map[string]string) bool 
 // secretsCreated reads the `kubectl create secret generic NAME
 // --from-literal=KEY=… --from-file=KEY=…` commands of a README: Secret
 // name → keys.
+// readmeSecrets is secretsCreated of deploy/kubernetes/README.md.
+func readmeSecrets(t *testing.T) map[string][]string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(deployDir, "kubernetes", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secretsCreated(string(readme))
+}
+
 func secretsCreated(readme string) map[string][]string {
 	out := map[string][]string{}
 	cmds := regexp.MustCompile(`create secret generic ([a-z0-9-]+)((?:\\\n|[^\n])*)`).FindAllStringSubmatch(readme, -1)
@@ -1001,8 +1013,9 @@ func describeSC(sc *k8sSecurityContext) string {
 // ConfigMap's configuration (which loads strictly), with the NATS password
 // from the Secret, probes on paths a real a2ad answers on its HTTP port;
 // the NATS StatefulSet's configuration (parsed by the nats-server module
-// go.mod pins) has JetStream and routes to its three pods, and the users
-// and permissions of deploy/nats-cluster/accounts.conf.
+// go.mod pins) has JetStream and routes to its three pods, and the users,
+// permissions and auth callout of deploy/nats-cluster/auth-callout.conf;
+// a2ad is that callout, and agents connect without a NATS user.
 func TestDeployKubernetesManifests(t *testing.T) {
 	objs, kustomization := loadManifests(t)
 	const ns = "a2ad"
@@ -1203,7 +1216,25 @@ func TestDeployKubernetesManifests(t *testing.T) {
 		t.Errorf("Deployment a2ad: A2AD_NATS_URL %q, want user a2ad with the password NATS has for it (%s), host %s", envURL, natsPassword["a2ad"], wantHost)
 	}
 
-	// The optional reference agent: its own NATS user at the same Service.
+	// a2ad is the cluster's auth callout: the issuer's seed from a Secret
+	// README.md creates, the system account user's URL from the
+	// environment, with the password NATS has for it.
+	if opts := natsOpts.AuthCallout; opts == nil || cfg.NATSAuthCallout.Account != "" && cfg.NATSAuthCallout.Account != opts.Account ||
+		cfg.NATSAuthCallout.Account == "" && opts.Account != daemon.DefaultCalloutAccount || !slices.Contains(opts.AuthUsers, "a2ad") {
+		t.Errorf("nats.conf auth_callout %+v: want a2ad's account %q and its user a2ad among auth_users", opts, cmp.Or(cfg.NATSAuthCallout.Account, daemon.DefaultCalloutAccount))
+	}
+	seedSecret := secretOf(pod, c, cfg.NATSAuthCallout.IssuerSeedFile)
+	if cfg.NATSAuthCallout.IssuerSeedFile == "" || seedSecret == "" || !slices.Contains(readmeSecrets(t)[seedSecret], filepath.Base(cfg.NATSAuthCallout.IssuerSeedFile)) {
+		t.Errorf("a2ad's ConfigMap: nats_auth_callout.issuer_seed_file %q is not a key of a mounted Secret README.md creates (%q)", cfg.NATSAuthCallout.IssuerSeedFile, seedSecret)
+	}
+	sysURL, _ := c.env("A2AD_NATS_SYSTEM_URL", secretPlaceholder)
+	if u, err := url.Parse(sysURL); err != nil || u.Host != wantHost || u.Scheme != "tls" || u.User == nil || u.User.Username() == "a2ad" ||
+		!natsUserOK(u.User, u.User.Username(), natsPassword) || !slices.Contains(natsOpts.AuthCallout.AuthUsers, u.User.Username()) {
+		t.Errorf("Deployment a2ad: A2AD_NATS_SYSTEM_URL %q, want tls:// with a system account user among auth_users and its password, host %s", sysURL, wantHost)
+	}
+
+	// The optional reference agent: no NATS user, its credential from a
+	// Secret, at the same Service.
 	for _, o := range objs {
 		if o.Kind != "Deployment" || o.Metadata.Name == "a2ad" {
 			continue
@@ -1217,8 +1248,11 @@ func TestDeployKubernetesManifests(t *testing.T) {
 		containerSecure(t, what, o.Spec.Template.Spec, ac[0])
 		env, _ := ac[0].env("NATS_URL", secretPlaceholder)
 		u, err := url.Parse(env)
-		if err != nil || u.Host != wantHost || u.Scheme != "tls" || u.User == nil || u.User.Username() == "a2ad" || !natsUserOK(u.User, u.User.Username(), natsPassword) {
-			t.Errorf("%s: NATS_URL %q, want tls:// with an agent's own NATS user and its password, host %s", what, env, wantHost)
+		if err != nil || u.Host != wantHost || u.Scheme != "tls" || u.User != nil {
+			t.Errorf("%s: NATS_URL %q, want tls:// without a NATS user (the auth callout takes its credential), host %s", what, env, wantHost)
+		}
+		if cred, _ := ac[0].env("A2AD_AGENT_CREDENTIAL", secretPlaceholder); !strings.HasPrefix(cred, "secret-") {
+			t.Errorf("%s: A2AD_AGENT_CREDENTIAL %q, want it from a Secret", what, cred)
 		}
 		if caFile, _ := ac[0].env("A2AD_NATS_CA", secretPlaceholder); secretOf(o.Spec.Template.Spec, ac[0], caFile) != natsSecret {
 			t.Errorf("%s: A2AD_NATS_CA %q is not the ca.crt of the NATS nodes' Secret %s", what, caFile, natsSecret)
@@ -1320,8 +1354,13 @@ func checkNATSConf(t *testing.T, sts, headless k8sObject, c k8sContainer, confMo
 		return secretPlaceholder(kind, a, b)
 	}
 	envs := map[string]string{}
+	calloutIssuer, _ := nkeys.CreateAccount()
 	for _, e := range c.Env {
 		v, _ := c.env(e.Name, ref)
+		if strings.HasSuffix(v, ".pub") && strings.HasPrefix(v, "secret-") {
+			// A public nkey from a Secret: nats-server checks its form.
+			v, _ = calloutIssuer.PublicKey()
+		}
 		envs[e.Name] = v
 		t.Setenv(e.Name, v)
 	}
@@ -1368,24 +1407,29 @@ func checkNATSConf(t *testing.T, sts, headless k8sObject, c k8sContainer, confMo
 		}
 	}
 
-	// The same users and permissions as deploy/nats-cluster/accounts.conf,
-	// which TestDeployAccountsConfConfinesAgentsOnExternalNATS runs.
+	// The same users, permissions and auth callout as
+	// deploy/nats-cluster/auth-callout.conf, which
+	// TestAuthCalloutCutsOffRevokedCredentialsOnExternalNATS and
+	// TestDeployConfigsWithAuthCallout run.
 	ref2 := t.TempDir()
-	accounts, err := os.ReadFile(filepath.Join(deployDir, "nats-cluster", "accounts.conf"))
+	callout, err := os.ReadFile(filepath.Join(deployDir, "nats-cluster", "auth-callout.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = os.WriteFile(filepath.Join(ref2, "accounts.conf"), accounts, 0o600)
-	_ = os.WriteFile(filepath.Join(ref2, "nats.conf"), []byte("listen: 127.0.0.1:-1\ninclude ./accounts.conf\n"), 0o600)
+	_ = os.WriteFile(filepath.Join(ref2, "auth-callout.conf"), callout, 0o600)
+	_ = os.WriteFile(filepath.Join(ref2, "nats.conf"), []byte("listen: 127.0.0.1:-1\ninclude ./auth-callout.conf\n"), 0o600)
 	refOpts, err := server.ProcessConfigFile(filepath.Join(ref2, "nats.conf"))
 	if err != nil {
-		t.Fatalf("deploy/nats-cluster/accounts.conf with the StatefulSet's environment %v: %v", slices.Sorted(maps.Keys(envs)), err)
+		t.Fatalf("deploy/nats-cluster/auth-callout.conf with the StatefulSet's environment %v: %v", slices.Sorted(maps.Keys(envs)), err)
 	}
 	if got, want := usersOf(opts), usersOf(refOpts); !reflect.DeepEqual(got, want) {
-		t.Errorf("users and permissions differ from deploy/nats-cluster/accounts.conf:\n got %s\nwant %s", got, want)
+		t.Errorf("users and permissions differ from deploy/nats-cluster/auth-callout.conf:\n got %s\nwant %s", got, want)
 	}
 	if opts.SystemAccount != refOpts.SystemAccount {
 		t.Errorf("system_account %q, want %q", opts.SystemAccount, refOpts.SystemAccount)
+	}
+	if opts.AuthCallout == nil || !reflect.DeepEqual(*opts.AuthCallout, *refOpts.AuthCallout) {
+		t.Errorf("auth_callout %+v, want %+v", opts.AuthCallout, refOpts.AuthCallout)
 	}
 	return opts
 }
