@@ -258,3 +258,17 @@ func FuzzRespond(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRespond is one authorization answered: the request's signature
+// checked, the user JWT and the response signed (Authorize itself, a
+// cached credential check in a2ad, excluded).
+func BenchmarkRespond(b *testing.B) {
+	k := newKeys(b)
+	c := &Callout{Issuer: k.issuer, Account: "A2A", Authorize: grantFraudReview}
+	req := k.request(b, "good")
+	for b.Loop() {
+		if _, ok := c.Respond(req, "", time.Now()); !ok {
+			b.Fatal("no answer")
+		}
+	}
+}
