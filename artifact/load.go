@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net/url"
 	"os"
 	"path"
 	"regexp"
@@ -114,7 +116,7 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifact: schema directory: %w", err)
 	}
-	r := &Registry{schemas: make(map[string]*Schema)}
+	var files []srcFile
 	for _, e := range entries {
 		file := e.Name()
 		if !strings.HasSuffix(file, ".json") || e.IsDir() {
@@ -127,15 +129,9 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
 		}
-		s, err := compile(file, b)
-		if err != nil {
-			return nil, err
-		}
-		r.schemas[s.Name] = s
-		r.names = append(r.names, s.Name)
+		files = append(files, srcFile{name: file, b: b})
 	}
-	slices.Sort(r.names)
-	return r, nil
+	return loadFiles(files)
 }
 
 // Get returns the schema named name. For a name the registry does not hold,
@@ -162,9 +158,26 @@ func (r *Registry) Names() []string {
 	return slices.Clone(r.names)
 }
 
-// compile applies the load-time rules to the schema in file (its bytes b)
-// and compiles it.
-func compile(file string, b []byte) (*Schema, error) {
+// A srcFile is one schema file: its name in the directory and its bytes.
+type srcFile struct {
+	name string
+	b    []byte
+}
+
+// A parsed schema file has passed the rules that need only the file itself;
+// the rules about references ([refGraph]) need every file of the directory.
+type parsed struct {
+	file, name string
+	b          []byte
+	root       *onode
+	c          *checker
+	// id is the absolute URI the top-level "$id" gives the schema (as
+	// gojsonschema's pool keys it), "" without one.
+	id string
+}
+
+// parse applies the load-time rules that need only the file (its bytes b).
+func parse(file string, b []byte) (*parsed, error) {
 	name := strings.TrimSuffix(file, ".json")
 	if name == "" {
 		return nil, &LoadError{File: file, Reason: "file name gives an empty schema name"}
@@ -186,38 +199,88 @@ func compile(file string, b []byte) (*Schema, error) {
 	if v, ok := root.member("$schema"); ok && v.kind != kindString {
 		return nil, refuse("/$schema", "$schema is not a string")
 	}
-	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string)}
-	c.checkSchema(root, "")
-	if c.err == nil {
-		c.checkRefGraph(root)
+	if _, ok := root.member(bundleMember); ok {
+		return nil, refuse("/"+bundleMember, bundleMember+" is reserved: it marks a2ad's archived schema bundles")
 	}
+	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string), root: root}
+	c.checkSchema(root, "")
 	if c.err != nil {
 		return nil, refuse(c.errPtr, c.err.Error())
 	}
+	return &parsed{file: file, name: name, b: b, root: root, c: &c, id: c.rootID}, nil
+}
 
+// loadFiles applies every load-time rule to files (in this order) and
+// compiles each into a Registry.
+func loadFiles(files []srcFile) (*Registry, error) {
+	docs := make([]*parsed, 0, len(files))
+	byID := make(map[string]*parsed)
+	for _, f := range files {
+		d, err := parse(f.name, f.b)
+		if err != nil {
+			return nil, err
+		}
+		if d.id != "" {
+			if other, dup := byID[d.id]; dup {
+				return nil, &LoadError{File: d.file, Pointer: "/$id", Reason: "$id " + clip(d.id) + " already identifies " + other.file}
+			}
+			byID[d.id] = d
+		}
+		docs = append(docs, d)
+	}
+	g := newRefGraph(docs, byID)
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	r := &Registry{schemas: make(map[string]*Schema)}
+	for _, d := range docs {
+		s, err := d.build(g.deps(d))
+		if err != nil {
+			return nil, err
+		}
+		r.schemas[s.Name] = s
+		r.names = append(r.names, s.Name)
+	}
+	slices.Sort(r.names)
+	return r, nil
+}
+
+// build compiles d, with deps, the other schemas it references directly
+// or through them (sorted by file name).
+func (d *parsed) build(deps []*parsed) (*Schema, error) {
+	refuse := func(ptr, reason string) error { return &LoadError{File: d.file, Pointer: ptr, Reason: reason} }
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, b); err != nil {
+	if err := json.Compact(&compact, d.b); err != nil {
 		return nil, refuse("", "not valid JSON")
 	}
-	compiled, err := compileGo(b)
+	compiled, err := compileGo(d.b, deps)
 	if err != nil {
 		return nil, refuse("", "does not compile: "+err.Error())
 	}
-	sum := sha256.Sum256(b)
-	return &Schema{
-		Name:     name,
-		Digest:   "sha256:" + hex.EncodeToString(sum[:]),
-		Document: json.RawMessage(compact.Bytes()),
-		compiled: compiled,
-		source:   b,
-		names:    c.names,
-	}, nil
+	s := &Schema{Name: d.name, Document: json.RawMessage(compact.Bytes()), compiled: compiled, source: d.b, names: d.c.names}
+	if len(deps) > 0 {
+		s.names = maps.Clone(d.c.names)
+		for _, dep := range deps {
+			maps.Copy(s.names, dep.c.names)
+		}
+		if s.source, err = bundle(d, deps); err != nil {
+			return nil, refuse("", err.Error())
+		}
+		doc, err := embed(d, deps)
+		if err != nil {
+			return nil, refuse("/definitions", err.Error())
+		}
+		s.Document = doc
+	}
+	sum := sha256.Sum256(s.source)
+	s.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	return s, nil
 }
 
 // compileGo compiles schema b with gojsonschema in draft-07 mode, with a
 // loader that refuses every external load. A panic in the compiler is
 // returned as an error.
-func compileGo(b []byte) (s *gojsonschema.Schema, err error) {
+func compileGo(b []byte, deps []*parsed) (s *gojsonschema.Schema, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s, err = nil, fmt.Errorf("schema compiler panicked: %v", p)
@@ -234,6 +297,18 @@ func compileGo(b []byte) (s *gojsonschema.Schema, err error) {
 	// metaschema with gojsonschema's own file/HTTP loader factory and
 	// leaves that factory in the shared pool.
 	sl.Validate = false
+	// The schemas b references are put in the compiler's pool under their
+	// $id (decoded afresh: the pool rewrites their $refs in place), so
+	// it resolves them without a load.
+	for _, dep := range deps {
+		dd, err := decodeUseNumber(dep.b)
+		if err != nil {
+			return nil, err
+		}
+		if err := sl.AddSchemas(rootLoader{doc: dd}); err != nil {
+			return nil, fmt.Errorf("%s: %w", dep.file, err)
+		}
+	}
 	return sl.Compile(rootLoader{doc: doc})
 }
 
@@ -279,11 +354,26 @@ func (l refusedLoader) JsonReference() (gojsonreference.JsonReference, error) {
 	return gojsonreference.NewJsonReference(l.source)
 }
 
-// Accepted values of "$schema".
-const (
-	draft07URI     = "http://json-schema.org/draft-07/schema#"
-	draft07URINoFr = "http://json-schema.org/draft-07/schema"
-)
+// Accepted values of "$schema": the draft-07 meta-schema URI, in http and
+// https, with and without the empty fragment.
+const draft07URI = "http://json-schema.org/draft-07/schema#"
+
+var draft07URIs = map[string]bool{
+	draft07URI: true, "http://json-schema.org/draft-07/schema": true,
+	"https://json-schema.org/draft-07/schema#": true, "https://json-schema.org/draft-07/schema": true,
+}
+
+// laterKeywords are the keywords of JSON Schema 2019-09 and 2020-12 that
+// change what a schema accepts, by the version that brought them.
+// gojsonschema (draft-07) ignores them, so a schema using one would accept
+// what it says it refuses: it is refused at load.
+var laterKeywords = map[string]string{
+	"unevaluatedProperties": "2019-09", "unevaluatedItems": "2019-09",
+	"dependentRequired": "2019-09", "dependentSchemas": "2019-09",
+	"minContains": "2019-09", "maxContains": "2019-09",
+	"$anchor": "2019-09", "$recursiveRef": "2019-09", "$recursiveAnchor": "2019-09", "$vocabulary": "2019-09",
+	"prefixItems": "2020-12", "$dynamicRef": "2020-12", "$dynamicAnchor": "2020-12",
+}
 
 // plainName matches a draft-07 plain-name fragment (draft-handrews-json-
 // schema-01 §8.2.3, which defers to XML NCName; ASCII subset).
@@ -299,9 +389,16 @@ func localRef(ref string) bool {
 type checker struct {
 	names   map[string]bool
 	schemas map[*onode]string // every node at a schema position, with its pointer
+	root    *onode
+	rootID  string   // the absolute URI of the top-level "$id", normalised as gojsonschema keys it
+	ext     []extRef // every "$ref" that is not a local fragment, in document order
+	ids     map[string]*onode
 	err     error
 	errPtr  string
 }
+
+// An extRef is a "$ref" naming another document, at pointer ptr.
+type extRef struct{ ptr, ref string }
 
 func (c *checker) fail(ptr, reason string) {
 	if c.err == nil {
@@ -315,7 +412,9 @@ func (c *checker) fail(ptr, reason string) {
 var (
 	kwSchema      = map[string]bool{"additionalItems": true, "additionalProperties": true, "contains": true, "propertyNames": true, "if": true, "then": true, "else": true, "not": true}
 	kwSchemaArray = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true}
-	kwSchemaMap   = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "dependencies": true}
+	// "$defs" (2019-09) is only a place for subschemas, which a $ref
+	// reaches by pointer whatever the draft: it means the same here.
+	kwSchemaMap = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "$defs": true, "dependencies": true}
 )
 
 // checkSchema checks n, a (sub)schema at pointer ptr.
@@ -338,11 +437,16 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		v := m.val
 		switch {
 		case m.key == "$schema":
-			if v.kind == kindString && v.str != draft07URI && v.str != draft07URINoFr {
+			if v.kind == kindString && !draft07URIs[v.str] {
 				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 (%s) is supported", clip(v.str), draft07URI))
 			}
+		case laterKeywords[m.key] != "":
+			c.fail(p, fmt.Sprintf("keyword %s refused: it is JSON Schema %s, which the draft-07 validator would ignore, so the schema would accept what it says it refuses",
+				m.key, laterKeywords[m.key]))
 		case m.key == "$ref":
 			c.checkRef(v, p)
+		case m.key == "$id" && n == c.root:
+			c.checkRootID(v, p)
 		case m.key == "$id" || m.key == "id":
 			c.checkID(v, p, m.key)
 		case m.key == "items":
@@ -427,14 +531,48 @@ func (c *checker) checkRef(v *onode, p string) {
 	if localRef(v.str) {
 		return
 	}
-	kind := "remote"
-	switch {
-	case strings.HasPrefix(strings.ToLower(v.str), "file:"):
-		kind = "file"
-	case !strings.Contains(v.str, ":"):
-		kind = "relative"
+	if refKind(v.str) == "file" {
+		c.fail(p, "file $ref refused: a $ref names a local fragment or the $id of a schema in the schema directory")
+		return
 	}
-	c.fail(p, kind+" $ref refused: only local fragments (\"#\", \"#/…\", \"#name\") are allowed")
+	// Whether it names a schema of the directory is known once every
+	// file is read (refGraph.check).
+	c.ext = append(c.ext, extRef{ptr: p, ref: v.str})
+}
+
+// refKind says what a $ref that is not a local fragment names: "file",
+// "relative" (no scheme) or "remote".
+func refKind(ref string) string {
+	switch {
+	case strings.HasPrefix(strings.ToLower(ref), "file:"):
+		return "file"
+	case !strings.Contains(ref, ":"):
+		return "relative"
+	}
+	return "remote"
+}
+
+// checkRootID checks the top-level "$id": a plain-name fragment, or an
+// absolute URI without a fragment (an empty one is allowed), which other
+// schemas of the directory may $ref. The schema's own relative $refs
+// resolve against it. A draft-04 "id" beside it would take its place in
+// gojsonschema, so "$id" is then held to the plain-name rule.
+func (c *checker) checkRootID(v *onode, p string) {
+	if _, ok := c.root.member("id"); ok || v.kind != kindString || plainName.MatchString(v.str) {
+		c.checkID(v, p, "$id")
+		return
+	}
+	u, err := url.Parse(v.str)
+	if err != nil || u.Scheme == "" || u.Fragment != "" || strings.EqualFold(u.Scheme, "file") {
+		c.fail(p, "$id refused: at the top level it is a plain-name fragment (\"#name\") or an absolute URI without a fragment, not file:")
+		return
+	}
+	ref, err := gojsonreference.NewJsonReference(v.str)
+	if err != nil {
+		c.fail(p, "$id refused: not a valid URI")
+		return
+	}
+	c.rootID = poolKey(ref)
 }
 
 func (c *checker) checkID(v *onode, p, key string) {
@@ -443,7 +581,7 @@ func (c *checker) checkID(v *onode, p, key string) {
 		return
 	}
 	if !plainName.MatchString(v.str) {
-		c.fail(p, key+" refused: only a plain-name fragment (\"#name\") is allowed, since any other value changes the base URI")
+		c.fail(p, key+" refused: below the top level only a plain-name fragment (\"#name\") is allowed, since any other value changes the base URI")
 	}
 }
 
