@@ -270,6 +270,16 @@ func Check(s *Schema, a a2a.Artifact) Verdict {
 	return CheckPolicy(s, a, Policy{})
 }
 
+// ShownID returns id if it is safe to show a host or an operator (1 to 64
+// bytes of ASCII letters, digits, '_', '.', '-'), else "". A Verdict's
+// ArtifactID is ShownID of the artifact's artifactId.
+func ShownID(id string) string {
+	if safeID(id) {
+		return id
+	}
+	return ""
+}
+
 func safeID(s string) bool {
 	if len(s) == 0 || len(s) > 64 {
 		return false

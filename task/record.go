@@ -40,7 +40,11 @@ type Transition struct {
 	Source  string    `json:"source"`
 	Reason  string    `json:"reason,omitempty"`
 	Refused bool      `json:"refused,omitempty"`
-	MsgID   string    `json:"msg_id,omitempty"`
+	// Pointer is, for a refused agent event, the RFC 6901 JSON pointer of
+	// the member at fault in the event (e.g. "/statusUpdate/status/state"),
+	// also named in Reason; "" when the event as a whole is at fault.
+	Pointer string `json:"pointer,omitempty"`
+	MsgID   string `json:"msg_id,omitempty"`
 	// By is the subject of the host principal behind a host transition
 	// (submit, answer, cancel): tasks are shared within their tenant.
 	By string `json:"by,omitempty"`
