@@ -340,7 +340,9 @@ func decodeArtifact(t *testing.T, raw json.RawMessage) a2a.Artifact {
 
 // checkNoEcho fails if out, marshalled, contains any JSON string value or
 // key of the inputs longer than 12 bytes (shorter ones, such as declared
-// property names and keywords, legitimately appear in verdicts).
+// property names and keywords, legitimately appear in verdicts). The member
+// names of A2A 1.0 are a2ad's words too: refusals name them in pointers
+// ("/artifactUpdate/artifact").
 func checkNoEcho(t *testing.T, out any, inputs []json.RawMessage) {
 	t.Helper()
 	b, _ := json.Marshal(out)
@@ -350,12 +352,34 @@ func checkNoEcho(t *testing.T, out any, inputs []json.RawMessage) {
 			continue
 		}
 		for _, s := range stringsOf(doc) {
-			if len(s) > 12 && bytes.Contains(b, []byte(s)) {
+			if len(s) > 12 && !a2aMembers[s] && bytes.Contains(b, []byte(s)) {
 				t.Errorf("output quotes input text %.40q", s)
 			}
 		}
 	}
 }
+
+// a2aMembers are the member names of the A2A 1.0 wire types.
+var a2aMembers = func() map[string]bool {
+	names := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || names[t.String()] {
+			return
+		}
+		names[t.String()] = true
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			names[name] = true
+			walk(f.Type)
+		}
+	}
+	walk(reflect.TypeFor[a2a.StreamResponse]())
+	return names
+}()
 
 func stringsOf(v any) []string {
 	var out []string

@@ -309,8 +309,8 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 type event struct {
 	agentID, taskID, msgID string
 	item                   *a2a.StreamResponse
-	decErr                 error  // the body is not one A2A 1.0 stream item
-	badID                  bool   // msgID is over MaxEventIDBytes or not printable ASCII
+	decErr                 error     // the body is not one A2A 1.0 stream item
+	badID                  bool      // msgID is over MaxEventIDBytes or not printable ASCII
 	bound                  overBound // what of item is over a2ad's bounds, if anything
 }
 

@@ -413,10 +413,10 @@ func TestChunkedArtifacts(t *testing.T) {
 		parts   int
 		keyword string // the chunk violation, at pointer ""
 	}{
-		"in order, finished":       {[]string{chunk(false, false), chunk(true, false), chunk(true, true)}, Completed, "", 3, ""},
-		"single chunk, no flags":   {[]string{chunk(false, false)}, Completed, "", 1, ""},
-		"never finished":           {[]string{chunk(false, false), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunks_incomplete"},
-		"first chunk missing":      {[]string{chunk(true, false), chunk(true, true)}, Failed, ReasonArtifactRejected, 0, "chunk_without_start"},
+		"in order, finished":     {[]string{chunk(false, false), chunk(true, false), chunk(true, true)}, Completed, "", 3, ""},
+		"single chunk, no flags": {[]string{chunk(false, false)}, Completed, "", 1, ""},
+		"never finished":         {[]string{chunk(false, false), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunks_incomplete"},
+		"first chunk missing":    {[]string{chunk(true, false), chunk(true, true)}, Failed, ReasonArtifactRejected, 0, "chunk_without_start"},
 		// A chunk after the last is refused (see TestSealedArtifact): the
 		// sealed artifact stands.
 		"a chunk after the last":   {[]string{chunk(false, true), chunk(true, false)}, Completed, "", 1, ""},
