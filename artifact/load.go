@@ -26,9 +26,11 @@ import (
 var ErrSchemaNotFound = errors.New("artifact: no host schema with that name")
 
 // A LoadError is a schema file refused at load time: it is not JSON, its top
-// level is not an object, it is not draft-07, it could reach outside the file
-// (a non-local $ref, a non-fragment $id), a $ref dangles or loops in place,
-// or it does not compile. See [LoadFS] for the rules.
+// level is not an object, it is not draft-07 or uses a later draft's
+// keyword, it could reach outside the schema directory (a $ref to
+// something the directory does not hold, a base-changing $id below the top
+// level), a $ref dangles or loops in place, or it does not compile. See
+// [LoadFS] for the rules.
 type LoadError struct {
 	File    string // file name, e.g. "risk_assessment.json"
 	Pointer string // RFC 6901 JSON pointer to the offending key in the file, "" for the whole file
@@ -46,10 +48,20 @@ func (e *LoadError) Error() string {
 
 // A Schema is one compiled host schema. It is immutable after load and safe
 // for concurrent use by multiple goroutines.
+//
+// A schema that references other schemas of its directory ($ref by $id)
+// means what those files say too, so its version covers them: Digest is
+// then the SHA-256 of its bundle (a2ad's JSON record of the file names and
+// bytes of the schema and of every schema it references, directly or
+// through them), which the [Archive] keeps; and Document, which a brief
+// carries to an agent that cannot read the directory, is the schema with
+// those schemas put in its "definitions" (as "a2ad:<name>", each keeping
+// its $id), so that its $refs resolve within the one document
+// (draft-handrews-json-schema-01 §8.2.4).
 type Schema struct {
 	Name     string          // file name without ".json", e.g. "risk_assessment"
-	Digest   string          // "sha256:" + lowercase hex of the file bytes
-	Document json.RawMessage // the file bytes, compacted with json.Compact
+	Digest   string          // "sha256:" + lowercase hex of the file bytes (of the bundle, for a schema that references others)
+	Document json.RawMessage // the file bytes, compacted with json.Compact (with the referenced schemas embedded, see above)
 
 	compiled *gojsonschema.Schema
 	source   []byte // the file bytes, which Digest digests (Catalog archives them)
@@ -92,21 +104,39 @@ func LoadDir(dir string) (*Registry, error) {
 // refusal is a *[LoadError] naming the file and the JSON pointer of the
 // offending key:
 //   - the file is valid JSON whose top level is an object;
-//   - it is JSON Schema draft-07: "$schema" is absent or exactly
-//     "http://json-schema.org/draft-07/schema#" (or the same without the
-//     trailing "#"), at the top level and in every subschema;
-//   - every "$ref", anywhere in the file, is a local fragment: "#", "#/…"
-//     (a JSON pointer) or "#name" (a plain-name fragment);
-//   - every "$id" anywhere, and every draft-04 style "id" in a subschema
-//     (gojsonschema honours both), is a plain-name fragment "#name", since
-//     any other value changes the base URI; no plain name is defined twice;
+//   - it is JSON Schema draft-07: "$schema" is absent or the draft-07
+//     meta-schema URI, "http://json-schema.org/draft-07/schema#" or
+//     "https://json-schema.org/draft-07/schema#", each also without the
+//     trailing "#", at the top level and in every subschema;
+//   - no subschema uses a keyword of JSON Schema 2019-09 or 2020-12 that
+//     changes what it accepts ("unevaluatedProperties", "unevaluatedItems",
+//     "prefixItems", "dependentRequired", "dependentSchemas",
+//     "minContains", "maxContains", "$anchor", "$dynamicRef",
+//     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
+//     "$vocabulary"): the draft-07 validator would ignore it, and the
+//     schema would accept what it says it refuses. "$defs" is accepted as
+//     a place for subschemas, like "definitions";
+//   - the top-level "$id", if any, is a plain-name fragment "#name" or an
+//     absolute URI without a fragment (an empty one is dropped), not
+//     file:; no two schemas of the directory have the same URI;
+//   - every "$id" below the top level, and every draft-04 style "id" in a
+//     subschema (gojsonschema honours both), is a plain-name fragment
+//     "#name", since any other value changes the base URI; no plain name is
+//     defined twice in a file;
+//   - every "$ref", anywhere in the file, is a local fragment ("#", "#/…"
+//     or "#name") or names another schema of the directory by its
+//     top-level $id: absolute, or relative to the file's own $id, with or
+//     without a fragment ("address.json#/definitions/postcode"). Nothing
+//     else is ever resolved: no file: reference, no URI the directory does
+//     not hold;
 //   - every $ref the compiler follows resolves to a subschema (not to a
 //     value under "default", "enum", a "properties" map, …);
-//   - no cycle of $refs applies a schema to the same value again without
-//     descending into it ({"$ref": "#"}, {"allOf": [{"$ref": "#"}]}):
-//     gojsonschema would recurse until the stack overflows, which kills the
-//     process;
-//   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode).
+//   - no cycle of $refs, within a file or across files, applies a schema to
+//     the same value again without descending into it ({"$ref": "#"},
+//     {"allOf": [{"$ref": "#"}]}): gojsonschema would recurse until the
+//     stack overflows, which kills the process;
+//   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode),
+//     with the schemas it references given to the compiler by their $id.
 //
 // Compilation uses a loader that refuses every external load, so even a
 // reference these checks missed fetches nothing, over the network or from

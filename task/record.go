@@ -163,11 +163,13 @@ type Outbound struct {
 type Chunks struct {
 	// Appends counts the chunks appended after the first.
 	Appends int `json:"appends,omitempty"`
-	// Last is set once a chunk said lastChunk.
+	// Last is set once a chunk said lastChunk: the artifact is sealed, and
+	// a later update of it is refused.
 	Last bool `json:"last,omitempty"`
 	// Fault names a chunk sequence a2ad cannot assemble faithfully, which
 	// rejects the artifact: "chunk_without_start" (an append to an artifact
-	// never begun, e.g. a lost first chunk) or "chunk_after_last".
+	// never begun, e.g. a lost first chunk), or "chunk_after_last" in a
+	// record written before sealed artifacts refused later chunks.
 	Fault string `json:"fault,omitempty"`
 }
 

@@ -686,7 +686,8 @@ func (t *Tracker) moveTo(r *Record, st a2a.TaskStatus, msgID string, now time.Ti
 }
 
 // chunkVerdict adds to v what the artifact's chunk sequence broke: a fault
-// (keyword "chunk_without_start" or "chunk_after_last"), or appended chunks
+// (keyword "chunk_without_start", or "chunk_after_last" from an older
+// record), or appended chunks
 // with no lastChunk (keyword "chunks_incomplete": the agent never finished
 // the artifact). Both apply to the whole artifact (pointer "").
 func chunkVerdict(v artifact.Verdict, c Chunks) artifact.Verdict {
