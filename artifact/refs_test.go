@@ -135,3 +135,20 @@ func TestCatalogKeepsReferencedVersions(t *testing.T) {
 		t.Fatalf("version delegated with: %v, want %v", got, want)
 	}
 }
+
+// Schemas may reference each other both ways, as long as each reference
+// descends into the document: a tree of nodes whose children are another
+// schema's nodes.
+func TestSchemaRefsMutualRecursion(t *testing.T) {
+	base := "https://schemas.example.test/"
+	r := registry(t, map[string]string{
+		"node.json": `{"$id":"` + base + `node.json","type":"object","required":["name"],"properties":{"name":{"type":"string"},` +
+			`"children":{"type":"array","items":{"$ref":"tree.json"}}}}`,
+		"tree.json": `{"$id":"` + base + `tree.json","type":"object","required":["root"],"properties":{"root":{"$ref":"node.json"}}}`,
+	})
+	tree, _ := r.Get("tree")
+	doc := json.RawMessage(`{"root":{"name":"a","children":[{"root":{"name":"b","children":[{"root":{"name":7}}]}}]}}`)
+	if got, want := tree.Validate(doc), []Violation{{"/root/children/0/root/children/0/root/name", "type"}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Validate = %v, want %v", got, want)
+	}
+}

@@ -9,6 +9,7 @@ package a2a
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -389,7 +390,10 @@ func DecodeTask(b []byte) (*Task, error) {
 func describeJSONError(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var be base64.CorruptInputError
 	switch {
+	case errors.As(err, &be):
+		return "a member is not valid base64"
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
 	case errors.As(err, &te):
