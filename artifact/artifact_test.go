@@ -250,6 +250,57 @@ func TestLoadRefusals(t *testing.T) {
 	}
 }
 
+// Every fault of every file is named at once, each with its file and
+// pointer, files in name order and each in document order.
+func TestLoadNamesEveryFault(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range map[string]string{
+		"a.json": `{"$schema":"https://json-schema.org/draft/2020-12/schema","properties":{"p":{"type":"array","prefixItems":[{}]}},` +
+			`"unevaluatedProperties":false}`,
+		"b.json": `{"$defs":{"d":{"$anchor":"d"}},"properties":{"q":{"$id":"https://x.test/q.json"}}}`,
+		"c.json": `{"type":"object"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := artifact.LoadDir(dir)
+	want := []struct{ file, pointer, reason string }{
+		{"a.json", "/$schema", "dialect"},
+		{"a.json", "/properties/p/prefixItems", "keyword prefixItems refused"},
+		{"a.json", "/unevaluatedProperties", "keyword unevaluatedProperties refused"},
+		{"b.json", "/$defs/d/$anchor", "keyword $anchor refused"},
+		{"b.json", "/properties/q/$id", "$id refused"},
+	}
+	var got []*artifact.LoadError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			le, _ := e.(*artifact.LoadError)
+			got = append(got, le)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("LoadDir = %v, want %d faults", err, len(want))
+	}
+	for i, w := range want {
+		if g := got[i]; g == nil || g.File != w.file || g.Pointer != w.pointer || !strings.Contains(g.Reason, w.reason) {
+			t.Errorf("fault %d = %+v, want %s at %s: …%s…", i, g, w.file, w.pointer, w.reason)
+		}
+	}
+	assertLoadError(t, err, "a.json", "/$schema", "dialect") // errors.As finds the first
+	if lines := strings.Count(err.Error(), "\n") + 1; lines != len(want) {
+		t.Errorf("Error() has %d lines, want one per fault:\n%s", lines, err)
+	}
+
+	// Reference rules are checked once every file passes the others, and
+	// name every fault too.
+	_, err = loadOne(t, "r", `{"properties":{"a":{"$ref":"#/definitions/none"},"b":{"$ref":"https://x.test/none.json"},"c":{"$ref":"#"}},"allOf":[{"$ref":"#"}]}`)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 3 || !strings.Contains(err.Error(), "r.json at /properties/a/$ref: $ref #/definitions/none points at nothing") ||
+		!strings.Contains(err.Error(), "r.json at /properties/b/$ref: remote $ref refused") || !strings.Contains(err.Error(), "r.json at /allOf/0/$ref: $ref cycle") {
+		t.Errorf("LoadDir = %v, want the three reference faults", err)
+	}
+}
+
 func assertLoadError(t *testing.T, err error, file, pointer, reason string) {
 	t.Helper()
 	var le *artifact.LoadError

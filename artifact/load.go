@@ -82,9 +82,12 @@ type Registry struct {
 // directly in dir (subdirectories are not read) into a Registry; each schema
 // is named after its file without ".json". An empty dir gives an empty
 // Registry. A missing or unreadable dir is an error wrapping the
-// [io/fs.PathError]; a file refused by the load-time rules (see [LoadFS]) is
-// a *[LoadError]. The first failure stops the load: no partial Registry is
-// returned.
+// [io/fs.PathError]. A file refused by the load-time rules (see [LoadFS])
+// gives a *[LoadError] per broken rule: every fault of every file is
+// named at once, joined with [errors.Join] when there are several (files in
+// name order, each in document order; [errors.As] finds the first). The
+// rules about references are checked once every file passes the others. No
+// partial Registry is returned.
 func LoadDir(dir string) (*Registry, error) {
 	if dir == "" {
 		return nil, errors.New("artifact: schema directory not set")
@@ -234,8 +237,8 @@ func parse(file string, b []byte) (*parsed, error) {
 	}
 	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string), root: root}
 	c.checkSchema(root, "")
-	if c.err != nil {
-		return nil, refuse(c.errPtr, c.err.Error())
+	if len(c.faults) > 0 {
+		return nil, c.loadError(file)
 	}
 	return &parsed{file: file, name: name, b: b, root: root, c: &c, id: c.rootID}, nil
 }
@@ -245,18 +248,24 @@ func parse(file string, b []byte) (*parsed, error) {
 func loadFiles(files []srcFile) (*Registry, error) {
 	docs := make([]*parsed, 0, len(files))
 	byID := make(map[string]*parsed)
+	var errs []error
 	for _, f := range files {
 		d, err := parse(f.name, f.b)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		if d.id != "" {
 			if other, dup := byID[d.id]; dup {
-				return nil, &LoadError{File: d.file, Pointer: "/$id", Reason: "$id " + clip(d.id) + " already identifies " + other.file}
+				errs = append(errs, &LoadError{File: d.file, Pointer: "/$id", Reason: "$id " + clip(d.id) + " already identifies " + other.file})
+				continue
 			}
 			byID[d.id] = d
 		}
 		docs = append(docs, d)
+	}
+	if len(errs) > 0 {
+		return nil, joinLoadErrors(errs)
 	}
 	g := newRefGraph(docs, byID)
 	if err := g.check(); err != nil {
@@ -266,10 +275,14 @@ func loadFiles(files []srcFile) (*Registry, error) {
 	for _, d := range docs {
 		s, err := d.build(g.deps(d))
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		r.schemas[s.Name] = s
 		r.names = append(r.names, s.Name)
+	}
+	if len(errs) > 0 {
+		return nil, joinLoadErrors(errs)
 	}
 	slices.Sort(r.names)
 	return r, nil
@@ -423,17 +436,48 @@ type checker struct {
 	rootID  string   // the absolute URI of the top-level "$id", normalised as gojsonschema keys it
 	ext     []extRef // every "$ref" that is not a local fragment, in document order
 	ids     map[string]*onode
-	err     error
-	errPtr  string
+	faults  []fault // every rule broken, in document order
 }
+
+// A fault is one broken rule: the JSON pointer of the key and the reason.
+type fault struct{ ptr, reason string }
 
 // An extRef is a "$ref" naming another document, at pointer ptr.
 type extRef struct{ ptr, ref string }
 
 func (c *checker) fail(ptr, reason string) {
-	if c.err == nil {
-		c.err, c.errPtr = errors.New(reason), ptr
+	c.faults = append(c.faults, fault{ptr, reason})
+}
+
+// loadError returns c's faults as the error of file: a *LoadError, or
+// several joined.
+func (c *checker) loadError(file string) error {
+	errs := make([]error, len(c.faults))
+	for i, f := range c.faults {
+		errs[i] = &LoadError{File: file, Pointer: f.ptr, Reason: f.reason}
 	}
+	return joinLoadErrors(errs)
+}
+
+// joinLoadErrors returns nil for none, the one *LoadError, or several
+// joined (errors.Join): [errors.As] finds the first.
+func joinLoadErrors(errs []error) error {
+	var flat []error
+	for _, e := range errs {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			flat = append(flat, j.Unwrap()...)
+		} else {
+			flat = append(flat, e)
+		}
+	}
+	errs = flat
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // Keywords of draft-07 whose value is a subschema, an array of subschemas,
@@ -449,9 +493,6 @@ var (
 
 // checkSchema checks n, a (sub)schema at pointer ptr.
 func (c *checker) checkSchema(n *onode, ptr string) {
-	if c.err != nil {
-		return
-	}
 	if n.kind != kindObject {
 		// true and false are schemas too; anything else is the compiler's
 		// to refuse, but is still searched for "$ref" and "$id".
@@ -518,18 +559,12 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		default: // data keywords, annotations and unknown keywords
 			c.checkData(v, p)
 		}
-		if c.err != nil {
-			return
-		}
 	}
 }
 
 // checkData checks n, a value that is not a schema: "$ref" and "$id" are
 // refused there too unless they are local fragments.
 func (c *checker) checkData(n *onode, ptr string) {
-	if c.err != nil {
-		return
-	}
 	switch n.kind {
 	case kindObject:
 		for _, m := range n.members {
@@ -541,9 +576,6 @@ func (c *checker) checkData(n *onode, ptr string) {
 				c.checkID(m.val, p, m.key)
 			default:
 				c.checkData(m.val, p)
-			}
-			if c.err != nil {
-				return
 			}
 		}
 	case kindArray:

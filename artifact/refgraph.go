@@ -33,12 +33,13 @@ type refGraph struct {
 	owner map[*onode]*parsed // every schema-position node, with its file
 	state map[*onode]byte    // 0 unseen, 1 on the DFS path, 2 done
 	refs  map[*parsed]map[*parsed]bool
-	err   error
+	errs  []error
+	seen  map[LoadError]bool
 }
 
 func newRefGraph(docs []*parsed, byID map[string]*parsed) *refGraph {
 	g := &refGraph{docs: docs, byID: byID, owner: make(map[*onode]*parsed), state: make(map[*onode]byte),
-		refs: make(map[*parsed]map[*parsed]bool)}
+		refs: make(map[*parsed]map[*parsed]bool), seen: make(map[LoadError]bool)}
 	for _, d := range docs {
 		for n := range d.c.schemas {
 			g.owner[n] = d
@@ -47,36 +48,35 @@ func newRefGraph(docs []*parsed, byID map[string]*parsed) *refGraph {
 	return g
 }
 
+// fail records a broken rule once (a $ref is resolved for each check
+// that needs it).
 func (g *refGraph) fail(d *parsed, ptr, reason string) {
-	if g.err == nil {
-		g.err = &LoadError{File: d.file, Pointer: ptr, Reason: reason}
+	e := LoadError{File: d.file, Pointer: ptr, Reason: reason}
+	if !g.seen[e] {
+		g.seen[e] = true
+		g.errs = append(g.errs, &e)
 	}
 }
 
-// check applies the rules; the first broken one is returned as a
-// *LoadError.
+// check applies the rules; every broken one is returned, each a
+// *LoadError (joined if several).
 func (g *refGraph) check() error {
 	for _, d := range g.docs {
 		d.c.ids = make(map[string]*onode)
 		d.c.collectIDs(d.root, "", d.c.ids)
-		if d.c.err != nil {
-			return &LoadError{File: d.file, Pointer: d.c.errPtr, Reason: d.c.err.Error()}
+		for _, f := range d.c.faults {
+			g.fail(d, f.ptr, f.reason)
 		}
 		for _, e := range d.c.ext {
-			if g.document(d, e.ref, e.ptr) == nil {
-				return g.err
-			}
+			g.document(d, e.ref, e.ptr)
 		}
 	}
 	for _, d := range g.docs {
 		for _, n := range d.c.orderedSchemas(d.root) {
-			if g.err != nil {
-				return g.err
-			}
 			g.visit(n, nil)
 		}
 	}
-	return g.err
+	return joinLoadErrors(g.errs)
 }
 
 // deps returns the other schemas d references, directly or through them,
@@ -159,9 +159,6 @@ func (g *refGraph) target(d *parsed, ref, p string) (*parsed, string) {
 // every object outside "const" and "enum", "id" if present, else "$id"
 // (schemaPool.parseReferencesRecursive).
 func (c *checker) collectIDs(n *onode, ptr string, ids map[string]*onode) {
-	if c.err != nil {
-		return
-	}
 	switch n.kind {
 	case kindArray:
 		for i, e := range n.elems {
@@ -175,9 +172,9 @@ func (c *checker) collectIDs(n *onode, ptr string, ids map[string]*onode) {
 		if v, ok := n.member(key); ok && v.kind == kindString && plainName.MatchString(v.str) {
 			if _, dup := ids[v.str]; dup {
 				c.fail(ptr+"/"+escapeToken(key), "plain-name fragment "+v.str+" defined twice")
-				return
+			} else {
+				ids[v.str] = n
 			}
-			ids[v.str] = n
 		}
 		for _, m := range n.members {
 			p := ptr + "/" + escapeToken(m.key)
@@ -256,9 +253,6 @@ func (g *refGraph) visit(n *onode, path []inPlace) {
 	}
 	g.state[n] = 1
 	for _, e := range g.edges(n) {
-		if g.err != nil {
-			return
-		}
 		g.visit(e.to, append(path, e))
 	}
 	g.state[n] = 2
