@@ -50,6 +50,10 @@ type badCase struct {
 		Verdicts []artifact.Verdict `json:"verdicts"`
 		// Artifacts are the ids of the artifacts that reached the host.
 		Artifacts []string `json:"artifacts"`
+		// Refusals are the reasons of the refused events in the task's
+		// history, in order (each names the JSON pointer at fault); nil
+		// does not check them.
+		Refusals []string `json:"refusals"`
 		// artifact
 		Verdict *artifact.Verdict `json:"verdict"`
 	} `json:"expect"`
@@ -244,6 +248,9 @@ func runEventsCase(t *testing.T, c *badCase, tr *task.Tracker, name string) {
 	}
 	if os.Getenv("A2AD_BAD_RECORD") != "" {
 		c.Expect.State, c.Expect.Reason, c.Expect.Verdicts = string(r.State), r.Reason, r.Verdicts
+		if c.Expect.Refusals != nil {
+			c.Expect.Refusals = refusals(r)
+		}
 		c.Expect.Artifacts = nil
 		for _, a := range r.Artifacts {
 			c.Expect.Artifacts = append(c.Expect.Artifacts, a.ArtifactID)
@@ -262,11 +269,25 @@ func runEventsCase(t *testing.T, c *badCase, tr *task.Tracker, name string) {
 	if c.Expect.Verdicts != nil && !reflect.DeepEqual(r.Verdicts, c.Expect.Verdicts) {
 		t.Errorf("verdicts %+v, want %+v", r.Verdicts, c.Expect.Verdicts)
 	}
+	if got := refusals(r); c.Expect.Refusals != nil && !reflect.DeepEqual(got, c.Expect.Refusals) {
+		t.Errorf("refusals %q, want %q", got, c.Expect.Refusals)
+	}
 	// Validated artifacts are meant for the host; nothing else may carry
 	// agent text.
 	shown := r.Redacted()
 	shown.Artifacts = nil
 	checkNoEcho(t, shown, c.Events)
+}
+
+// refusals are the reasons of the refused transitions in r's history.
+func refusals(r *task.Record) []string {
+	out := []string{}
+	for _, h := range r.History {
+		if h.Refused {
+			out = append(out, h.Reason)
+		}
+	}
+	return out
 }
 
 func runArtifactCase(t *testing.T, c *badCase, schemas *artifact.Catalog) {
