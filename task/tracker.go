@@ -381,14 +381,16 @@ func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dro
 	r.remember(ev.msgID)
 	switch {
 	case ev.decErr != nil:
-		reason := "refused: malformed A2A 1.0 event"
-		if de := (*a2a.DecodeError)(nil); errors.As(ev.decErr, &de) {
-			if reason += ": " + de.Reason; de.Pointer != "" {
-				reason = "refused at " + de.Pointer + ": malformed A2A 1.0 event: " + de.Reason
-			}
+		reason, ptr := "refused: malformed A2A 1.0 event", ""
+		var de *a2a.DecodeError
+		switch {
+		case errors.As(ev.decErr, &de) && de.Pointer != "":
+			reason, ptr = "refused at "+de.Pointer+": malformed A2A 1.0 event: "+de.Reason, de.Pointer
+		case de != nil:
+			reason += ": " + de.Reason
 		}
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-			Reason: reason, Pointer: pointerOf(ev.decErr), Refused: true, MsgID: ev.msgID})
+			Reason: reason, Pointer: ptr, Refused: true, MsgID: ev.msgID})
 		return &dropped{reason: DropMalformed}, nil
 	case ev.bound.what != "":
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
@@ -570,15 +572,6 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, ptr, ms
 	return nil
 }
 
-// pointerOf is the pointer of a decode error, "" for none.
-func pointerOf(err error) string {
-	var de *a2a.DecodeError
-	if errors.As(err, &de) {
-		return de.Pointer
-	}
-	return ""
-}
-
 // shownArtifactID is how a2ad names the artifact at index i of a task in
 // its own words: its artifactId when that is a safe identifier
 // ([artifact.ShownID]), else "artifact-<i+1>", as verdicts do.
@@ -686,10 +679,10 @@ func (t *Tracker) moveTo(r *Record, st a2a.TaskStatus, msgID string, now time.Ti
 }
 
 // chunkVerdict adds to v what the artifact's chunk sequence broke: a fault
-// (keyword "chunk_without_start", or "chunk_after_last" from an older
-// record), or appended chunks
-// with no lastChunk (keyword "chunks_incomplete": the agent never finished
-// the artifact). Both apply to the whole artifact (pointer "").
+// (keyword "chunk_without_start", or "chunk_after_last" in a record from
+// before sealed artifacts refused later chunks), or appended chunks with no
+// lastChunk (keyword "chunks_incomplete": the agent never finished the
+// artifact). Both apply to the whole artifact (pointer "").
 func chunkVerdict(v artifact.Verdict, c Chunks) artifact.Verdict {
 	kw := c.Fault
 	if kw == "" && c.Appends > 0 && !c.Last {
