@@ -9,40 +9,47 @@ import (
 	"strings"
 )
 
-// bundleMember marks the archived form of a schema that references other
-// schemas of its directory (see [Schema]); no schema file may have it as
-// a top-level member.
-const bundleMember = "a2ad_schema_bundle"
+// bundleMagic begins the archived form of a schema that references other
+// schemas of its directory (see [Schema]). It is not JSON, so no schema
+// file can be mistaken for a bundle, and an a2ad that predates bundles
+// refuses one ("not valid JSON") instead of reading it as a schema that
+// accepts anything.
+const bundleMagic = "a2ad-schema-bundle/1\n"
 
-// A schemaBundle is what the archive keeps, and Digest digests, for a schema
-// that references others: the files that make up its meaning.
+// A schemaBundle is what follows bundleMagic: the files that make up a
+// schema's meaning.
 type schemaBundle struct {
-	Version int               `json:"a2ad_schema_bundle"` // 1
-	Schema  string            `json:"schema"`             // the file of the schema the bundle is for
-	Files   map[string][]byte `json:"files"`              // file name → bytes: the schema and every schema it references
+	Schema string            `json:"schema"` // the file of the schema the bundle is for
+	Files  map[string][]byte `json:"files"`  // file name → bytes: the schema and every schema it references
 }
 
 // bundle returns the canonical bytes of d's bundle with deps: encoding/json
 // sorts the map's keys, so the same files always give the same bytes.
 func bundle(d *parsed, deps []*parsed) ([]byte, error) {
-	b := schemaBundle{Version: 1, Schema: d.file, Files: map[string][]byte{d.file: d.b}}
+	b := schemaBundle{Schema: d.file, Files: map[string][]byte{d.file: d.b}}
 	for _, dep := range deps {
 		b.Files[dep.file] = dep.b
 	}
-	return json.Marshal(b)
+	j, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(bundleMagic), j...), nil
 }
 
 // readBundle decodes doc as a schema bundle; ok is false for anything else
-// (a schema file, which may not carry bundleMember).
+// (a schema file). A doc that begins with bundleMagic but does not decode
+// gives no files, which loads nothing.
 func readBundle(doc []byte) (files []srcFile, schema string, ok bool) {
-	if !bytes.Contains(doc, []byte(bundleMember)) {
+	rest, ok := bytes.CutPrefix(doc, []byte(bundleMagic))
+	if !ok {
 		return nil, "", false
 	}
 	var b schemaBundle
-	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec := json.NewDecoder(bytes.NewReader(rest))
 	dec.DisallowUnknownFields()
-	if dec.Decode(&b) != nil || b.Version != 1 || b.Files[b.Schema] == nil {
-		return nil, "", false
+	if dec.Decode(&b) != nil || b.Files[b.Schema] == nil {
+		return nil, "", true
 	}
 	for _, name := range slices.Sorted(maps.Keys(b.Files)) {
 		files = append(files, srcFile{name: name, b: b.Files[name]})
@@ -56,6 +63,9 @@ func fromArchive(file string, doc []byte) (*Schema, error) {
 	files, root, ok := readBundle(doc)
 	if !ok {
 		files, root = []srcFile{{name: file, b: doc}}, file
+	}
+	if len(files) == 0 {
+		return nil, &LoadError{File: file, Reason: "archived schema bundle does not decode"}
 	}
 	r, err := loadFiles(files)
 	if err != nil {

@@ -51,9 +51,11 @@ func (e *LoadError) Error() string {
 //
 // A schema that references other schemas of its directory ($ref by $id)
 // means what those files say too, so its version covers them: Digest is
-// then the SHA-256 of its bundle (a2ad's JSON record of the file names and
-// bytes of the schema and of every schema it references, directly or
-// through them), which the [Archive] keeps; and Document, which a brief
+// then the SHA-256 of its bundle (the line "a2ad-schema-bundle/1", then a
+// JSON record of the names and bytes of its file and of every file it
+// references, directly or through them), which the [Archive] keeps (not
+// JSON, so an a2ad that predates bundles refuses it rather than read it as
+// a schema); and Document, which a brief
 // carries to an agent that cannot read the directory, is the schema with
 // those schemas put in its "definitions" (as "a2ad:<name>", each keeping
 // its $id), so that its $refs resolve within the one document
@@ -231,9 +233,6 @@ func parse(file string, b []byte) (*parsed, error) {
 	}
 	if v, ok := root.member("$schema"); ok && v.kind != kindString {
 		return nil, refuse("/$schema", "$schema is not a string")
-	}
-	if _, ok := root.member(bundleMember); ok {
-		return nil, refuse("/"+bundleMember, bundleMember+" is reserved: it marks a2ad's archived schema bundles")
 	}
 	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string), root: root}
 	c.checkSchema(root, "")

@@ -134,6 +134,17 @@ func TestCatalogKeepsReferencedVersions(t *testing.T) {
 	if got, want := s.Validate(doc), []Violation{{"/shipping/postcode", "pattern"}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("version delegated with: %v, want %v", got, want)
 	}
+
+	// The archived bundle is not JSON: an a2ad from before bundles, which
+	// compiles an archived version as one schema file, refuses it instead
+	// of validating against a schema that accepts anything.
+	archived, _ := archive.Get(old.Digest)
+	if !strings.HasPrefix(string(archived), bundleMagic) {
+		t.Fatalf("archived bundle begins %.30q, want %q", archived, bundleMagic)
+	}
+	if _, err := loadFiles([]srcFile{{name: "order.json", b: archived}}); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Fatalf("the bundle read as a schema file: %v, want refused as not valid JSON", err)
+	}
 }
 
 // Schemas may reference each other both ways, as long as each reference
