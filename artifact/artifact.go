@@ -4,10 +4,12 @@
 //
 // Host schemas are JSON Schema draft-07 files, one per name, loaded once from
 // a directory ([LoadDir], [LoadFS]) and compiled with
-// github.com/xeipuuv/gojsonschema v1.2.0. Loading refuses anything that could
-// make a schema reach outside its own file: other dialects, non-local $ref,
-// base-URI-changing $id; and the compiler runs with a loader that refuses
-// every external load.
+// github.com/xeipuuv/gojsonschema v1.2.0. Schemas of one directory may $ref
+// each other by their top-level $id; loading refuses anything that could
+// make a schema reach outside its directory or mean less than it says:
+// other dialects, later drafts' keywords, a $ref the directory cannot
+// resolve, base-URI-changing $id below the top level; and the compiler runs
+// with a loader that refuses every external load.
 //
 // Validation reports [Violation]s: a JSON pointer and a JSON Schema keyword,
 // never the offending value, and never an object key the host schema does
@@ -268,6 +270,16 @@ type Verdict struct {
 // nil.
 func Check(s *Schema, a a2a.Artifact) Verdict {
 	return CheckPolicy(s, a, Policy{})
+}
+
+// ShownID returns id if it is safe to show a host or an operator (1 to 64
+// bytes of ASCII letters, digits, '_', '.', '-'), else "". A Verdict's
+// ArtifactID is ShownID of the artifact's artifactId.
+func ShownID(id string) string {
+	if safeID(id) {
+		return id
+	}
+	return ""
 }
 
 func safeID(s string) bool {

@@ -161,9 +161,15 @@ func TestLoadRefusals(t *testing.T) {
 		{"ref_http", "/properties/x/$ref", "remote $ref refused"},
 		{"ref_file", "/properties/x/allOf/1/$ref", "file $ref refused"},
 		{"ref_relative", "/definitions/a/$ref", "relative $ref refused"},
-		{"id_nonfragment", "/$id", "$id refused"},
+		{"id_nested_uri", "/properties/a/$id", "$id refused"},
 		{"invalid_json", "", "not valid JSON"},
 		{"top_level_array", "", "not a JSON object"},
+		{"unevaluated_properties", "/unevaluatedProperties", "keyword unevaluatedProperties refused: it is JSON Schema 2019-09"},
+		{"prefix_items", "/properties/pair/prefixItems", "keyword prefixItems refused: it is JSON Schema 2020-12"},
+		{"ref_not_in_directory", "/properties/address/$ref", "relative $ref refused: no schema in the schema directory has the $id https://schemas.example.test/address.json"},
+		{"ref_relative_no_id", "/properties/address/$ref", "relative $ref refused: the schema has no top-level $id"},
+		{"ref_cycle_across_files", "/anyOf/0/$ref", "$ref cycle"},
+		{"id_duplicate", "/$id", "$id https://schemas.example.test/address.json already identifies a.json"},
 	}
 	for _, tc := range fixtures {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -177,7 +183,8 @@ func TestLoadRefusals(t *testing.T) {
 	}{
 		{"2019-09", `{"$schema":"https://json-schema.org/draft/2019-09/schema"}`, "/$schema", "dialect"},
 		{"draft-06", `{"$schema":"http://json-schema.org/draft-06/schema#"}`, "/$schema", "dialect"},
-		{"https draft-07", `{"$schema":"https://json-schema.org/draft-07/schema#"}`, "/$schema", "dialect"},
+		{"2020-12 https without #", `{"$schema":"https://json-schema.org/draft/2020-12/schema"}`, "/$schema", "dialect"},
+		{"draft-07 spelt with www", `{"$schema":"http://www.json-schema.org/draft-07/schema#"}`, "/$schema", "dialect"},
 		{"non-string $schema", `{"$schema":7}`, "/$schema", "not a string"},
 		{"nested dialect", `{"definitions":{"a":{"$schema":"https://json-schema.org/draft/2020-12/schema"}}}`, "/definitions/a/$schema", "dialect"},
 		{"metaschema $ref", `{"$ref":"http://json-schema.org/draft-07/schema#"}`, "/$ref", "remote $ref refused"},
@@ -212,12 +219,84 @@ func TestLoadRefusals(t *testing.T) {
 		{"cycle: dependencies", `{"dependencies":{"x":{"$ref":"#"}}}`, "/dependencies/x/$ref", "cycle"},
 		{"cycle: ref to own ancestor's child", `{"definitions":{"a":{"oneOf":[{"$ref":"#/definitions/a"}]}}}`, "/definitions/a/oneOf/0/$ref", "cycle"},
 		{"does not compile: bad regexp", `{"pattern":"(?<=a)b"}`, "", "does not compile"},
+		// Every 2019-09 / 2020-12 keyword that would change what the
+		// schema accepts, wherever a subschema is.
+		{"unevaluatedProperties", `{"properties":{"a":{}},"unevaluatedProperties":false}`, "/unevaluatedProperties", "2019-09"},
+		{"unevaluatedItems", `{"properties":{"l":{"items":[{}],"unevaluatedItems":false}}}`, "/properties/l/unevaluatedItems", "2019-09"},
+		{"prefixItems", `{"items":{"prefixItems":[{"type":"string"}]}}`, "/items/prefixItems", "2020-12"},
+		{"dependentRequired", `{"dependentRequired":{"a":["b"]}}`, "/dependentRequired", "2019-09"},
+		{"dependentSchemas", `{"allOf":[{"dependentSchemas":{"a":{"required":["b"]}}}]}`, "/allOf/0/dependentSchemas", "2019-09"},
+		{"minContains", `{"contains":{"type":"string"},"minContains":2}`, "/minContains", "2019-09"},
+		{"maxContains", `{"definitions":{"d":{"contains":{},"maxContains":1}}}`, "/definitions/d/maxContains", "2019-09"},
+		{"$anchor", `{"definitions":{"d":{"$anchor":"d"}}}`, "/definitions/d/$anchor", "2019-09"},
+		{"$dynamicRef", `{"properties":{"n":{"$dynamicRef":"#node"}}}`, "/properties/n/$dynamicRef", "2020-12"},
+		{"$dynamicAnchor", `{"$dynamicAnchor":"node"}`, "/$dynamicAnchor", "2020-12"},
+		{"$recursiveRef", `{"not":{"$recursiveRef":"#"}}`, "/not/$recursiveRef", "2019-09"},
+		{"$recursiveAnchor", `{"$recursiveAnchor":true}`, "/$recursiveAnchor", "2019-09"},
+		{"$vocabulary", `{"$vocabulary":{}}`, "/$vocabulary", "2019-09"},
+		{"in $defs", `{"$defs":{"d":{"prefixItems":[]}}}`, "/$defs/d/prefixItems", "2020-12"},
+		{"root $id with a fragment", `{"$id":"https://x.test/s.json#/a"}`, "/$id", "$id refused"},
+		{"root $id file:", `{"$id":"file:///etc/s.json"}`, "/$id", "$id refused"},
+		{"root $id beside draft-04 id", `{"id":"#a","$id":"https://x.test/s.json"}`, "/$id", "$id refused"},
+		{"$ref to own $id, missing fragment target", `{"$id":"https://x.test/gen.json","properties":{"a":{"$ref":"gen.json#/definitions/none"}}}`,
+			"/properties/a/$ref", "points at nothing"},
 	}
 	for _, tc := range generated {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadOne(t, "gen", tc.schema)
 			assertLoadError(t, err, "gen.json", tc.pointer, tc.reason)
 		})
+	}
+}
+
+// Every fault of every file is named at once, each with its file and
+// pointer, files in name order and each in document order.
+func TestLoadNamesEveryFault(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range map[string]string{
+		"a.json": `{"$schema":"https://json-schema.org/draft/2020-12/schema","properties":{"p":{"type":"array","prefixItems":[{}]}},` +
+			`"unevaluatedProperties":false}`,
+		"b.json": `{"$defs":{"d":{"$anchor":"d"}},"properties":{"q":{"$id":"https://x.test/q.json"}}}`,
+		"c.json": `{"type":"object"}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := artifact.LoadDir(dir)
+	want := []struct{ file, pointer, reason string }{
+		{"a.json", "/$schema", "dialect"},
+		{"a.json", "/properties/p/prefixItems", "keyword prefixItems refused"},
+		{"a.json", "/unevaluatedProperties", "keyword unevaluatedProperties refused"},
+		{"b.json", "/$defs/d/$anchor", "keyword $anchor refused"},
+		{"b.json", "/properties/q/$id", "$id refused"},
+	}
+	var got []*artifact.LoadError
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			le, _ := e.(*artifact.LoadError)
+			got = append(got, le)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("LoadDir = %v, want %d faults", err, len(want))
+	}
+	for i, w := range want {
+		if g := got[i]; g == nil || g.File != w.file || g.Pointer != w.pointer || !strings.Contains(g.Reason, w.reason) {
+			t.Errorf("fault %d = %+v, want %s at %s: …%s…", i, g, w.file, w.pointer, w.reason)
+		}
+	}
+	assertLoadError(t, err, "a.json", "/$schema", "dialect") // errors.As finds the first
+	if lines := strings.Count(err.Error(), "\n") + 1; lines != len(want) {
+		t.Errorf("Error() has %d lines, want one per fault:\n%s", lines, err)
+	}
+
+	// Reference rules are checked once every file passes the others, and
+	// name every fault too.
+	_, err = loadOne(t, "r", `{"properties":{"a":{"$ref":"#/definitions/none"},"b":{"$ref":"https://x.test/none.json"},"c":{"$ref":"#"}},"allOf":[{"$ref":"#"}]}`)
+	if n := strings.Count(err.Error(), "\n") + 1; n != 3 || !strings.Contains(err.Error(), "r.json at /properties/a/$ref: $ref #/definitions/none points at nothing") ||
+		!strings.Contains(err.Error(), "r.json at /properties/b/$ref: remote $ref refused") || !strings.Contains(err.Error(), "r.json at /allOf/0/$ref: $ref cycle") {
+		t.Errorf("LoadDir = %v, want the three reference faults", err)
 	}
 }
 
@@ -244,6 +323,14 @@ func TestLoadAccepts(t *testing.T) {
 	for _, tc := range []struct{ name, schema string }{
 		{"no $schema", `{"type":"object"}`},
 		{"draft-07 without #", `{"$schema":"http://json-schema.org/draft-07/schema"}`},
+		{"draft-07 https", `{"$schema":"https://json-schema.org/draft-07/schema#"}`},
+		{"draft-07 https without #", `{"$schema":"https://json-schema.org/draft-07/schema"}`},
+		{"top-level $id URI", `{"$id":"https://schemas.example.test/ok.json","type":"object"}`},
+		{"top-level $id URI with empty fragment, ref to itself", `{"$id":"https://schemas.example.test/ok.json#",` +
+			`"definitions":{"s":{"type":"string"}},"properties":{"a":{"$ref":"ok.json#/definitions/s"},"b":{"$ref":"#/definitions/s"}}}`},
+		{"urn $id", `{"$id":"urn:example:ok","properties":{"a":{"$ref":"urn:example:ok#/definitions/s"}},"definitions":{"s":{}}}`},
+		{"$defs as a place for subschemas", `{"$defs":{"s":{"type":"string"}},"properties":{"a":{"$ref":"#/$defs/s"}}}`},
+		{"later keyword names as property names", `{"properties":{"prefixItems":{},"unevaluatedProperties":{}},"required":["prefixItems"]}`},
 		{"local refs", `{"definitions":{"s":{"type":"string"},"n":{"$id":"#named","type":"number"}},` +
 			`"properties":{"a":{"$ref":"#/definitions/s"},"b":{"$ref":"#named"},"c":{"$ref":"#"}}}`},
 		{"$ref as a property name", `{"properties":{"$ref":{"type":"string"},"id":{"type":"string"}}}`},

@@ -127,7 +127,7 @@ func (c *Catalog) ForTask(name, digest string) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema %s version %s: %w", name, digest, err)
 	}
-	s, err = compile(name+".json", doc)
+	s, err = fromArchive(name+".json", doc)
 	if err != nil {
 		return nil, err
 	}

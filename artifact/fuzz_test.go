@@ -110,14 +110,25 @@ func FuzzLoad(f *testing.F) {
 		`{"allOf":{"$ref":"@@SRV@@"},"not":[{"$ref":"//h/x"}]}`,
 		`{"pattern":"[","format":"regex","multipleOf":0,"minimum":"x"}`,
 		`[]`, `true`, `{`, ``,
+		// Against linked.json, which every run's directory holds.
+		`{"$id":"https://x.test/s.json","properties":{"a":{"$ref":"linked.json#/definitions/a"},"b":{"$ref":"https://x.test/linked.json"}}}`,
+		`{"$id":"https://x.test/s.json","allOf":[{"$ref":"s.json#"}]}`,
+		`{"$id":"@@SRV@@/s.json","properties":{"a":{"$ref":"linked.json"}}}`,
+		`{"$id":"https://x.test/linked.json"}`,
+		`{"$defs":{"x":{"prefixItems":[{"$ref":"https://x.test/linked.json#/definitions/b"}]}}}`,
 	} {
 		f.Add([]byte(seed))
 	}
+	const linked = `{"$id":"https://x.test/linked.json","type":"object","properties":{"n":{"$ref":"#"}},` +
+		`"definitions":{"a":{"type":"string"},"b":{"items":{"$ref":"#/definitions/a"}}}}`
 	probes := [][]byte{[]byte(`{}`), []byte(`{"a":[1,"x",null,{"b":true}]}`), []byte(`"s"`), []byte(`1e999`)}
 	f.Fuzz(func(t *testing.T, schema []byte) {
 		schema = []byte(strings.ReplaceAll(string(schema), "@@SRV@@", srv.URL))
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "s.json"), schema, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "linked.json"), []byte(linked), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		r, err := LoadDir(dir)

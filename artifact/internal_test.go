@@ -59,7 +59,7 @@ func TestNoExternalLoad(t *testing.T) {
 			}
 		})
 		t.Run(tc.name+"/compiler loader", func(t *testing.T) {
-			_, err := compileGo([]byte(schema))
+			_, err := compileGo([]byte(schema), nil)
 			if !errors.Is(err, errExternalRef) {
 				t.Fatalf("compileGo = %v, want errExternalRef", err)
 			}
@@ -68,7 +68,7 @@ func TestNoExternalLoad(t *testing.T) {
 	// A base URI changed by a draft-04 style id makes even a fragment $ref
 	// resolve against it: the loader still refuses.
 	t.Run("id rebases a fragment ref", func(t *testing.T) {
-		_, err := compileGo([]byte(`{"id":"` + srv.URL + `/a.json#f","properties":{"x":{"$ref":"#/definitions/a"}},"definitions":{"a":{}}}`))
+		_, err := compileGo([]byte(`{"id":"`+srv.URL+`/a.json#f","properties":{"x":{"$ref":"#/definitions/a"}},"definitions":{"a":{}}}`), nil)
 		if !errors.Is(err, errExternalRef) {
 			t.Fatalf("compileGo = %v, want errExternalRef", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net/url"
 	"os"
 	"path"
 	"regexp"
@@ -24,9 +26,11 @@ import (
 var ErrSchemaNotFound = errors.New("artifact: no host schema with that name")
 
 // A LoadError is a schema file refused at load time: it is not JSON, its top
-// level is not an object, it is not draft-07, it could reach outside the file
-// (a non-local $ref, a non-fragment $id), a $ref dangles or loops in place,
-// or it does not compile. See [LoadFS] for the rules.
+// level is not an object, it is not draft-07 or uses a later draft's
+// keyword, it could reach outside the schema directory (a $ref to
+// something the directory does not hold, a base-changing $id below the top
+// level), a $ref dangles or loops in place, or it does not compile. See
+// [LoadFS] for the rules.
 type LoadError struct {
 	File    string // file name, e.g. "risk_assessment.json"
 	Pointer string // RFC 6901 JSON pointer to the offending key in the file, "" for the whole file
@@ -44,10 +48,22 @@ func (e *LoadError) Error() string {
 
 // A Schema is one compiled host schema. It is immutable after load and safe
 // for concurrent use by multiple goroutines.
+//
+// A schema that references other schemas of its directory ($ref by $id)
+// means what those files say too, so its version covers them: Digest is
+// then the SHA-256 of its bundle (the line "a2ad-schema-bundle/1", then a
+// JSON record of the names and bytes of its file and of every file it
+// references, directly or through them), which the [Archive] keeps (not
+// JSON, so an a2ad that predates bundles refuses it rather than read it as
+// a schema); and Document, which a brief
+// carries to an agent that cannot read the directory, is the schema with
+// those schemas put in its "definitions" (as "a2ad:<name>", each keeping
+// its $id), so that its $refs resolve within the one document
+// (draft-handrews-json-schema-01 §8.2.4).
 type Schema struct {
 	Name     string          // file name without ".json", e.g. "risk_assessment"
-	Digest   string          // "sha256:" + lowercase hex of the file bytes
-	Document json.RawMessage // the file bytes, compacted with json.Compact
+	Digest   string          // "sha256:" + lowercase hex of the file bytes (of the bundle, for a schema that references others)
+	Document json.RawMessage // the file bytes, compacted with json.Compact (with the referenced schemas embedded, see above)
 
 	compiled *gojsonschema.Schema
 	source   []byte // the file bytes, which Digest digests (Catalog archives them)
@@ -68,9 +84,12 @@ type Registry struct {
 // directly in dir (subdirectories are not read) into a Registry; each schema
 // is named after its file without ".json". An empty dir gives an empty
 // Registry. A missing or unreadable dir is an error wrapping the
-// [io/fs.PathError]; a file refused by the load-time rules (see [LoadFS]) is
-// a *[LoadError]. The first failure stops the load: no partial Registry is
-// returned.
+// [io/fs.PathError]. A file refused by the load-time rules (see [LoadFS])
+// gives a *[LoadError] per broken rule: every fault of every file is
+// named at once, joined with [errors.Join] when there are several (files in
+// name order, each in document order; [errors.As] finds the first). The
+// rules about references are checked once every file passes the others. No
+// partial Registry is returned.
 func LoadDir(dir string) (*Registry, error) {
 	if dir == "" {
 		return nil, errors.New("artifact: schema directory not set")
@@ -90,21 +109,39 @@ func LoadDir(dir string) (*Registry, error) {
 // refusal is a *[LoadError] naming the file and the JSON pointer of the
 // offending key:
 //   - the file is valid JSON whose top level is an object;
-//   - it is JSON Schema draft-07: "$schema" is absent or exactly
-//     "http://json-schema.org/draft-07/schema#" (or the same without the
-//     trailing "#"), at the top level and in every subschema;
-//   - every "$ref", anywhere in the file, is a local fragment: "#", "#/…"
-//     (a JSON pointer) or "#name" (a plain-name fragment);
-//   - every "$id" anywhere, and every draft-04 style "id" in a subschema
-//     (gojsonschema honours both), is a plain-name fragment "#name", since
-//     any other value changes the base URI; no plain name is defined twice;
+//   - it is JSON Schema draft-07: "$schema" is absent or the draft-07
+//     meta-schema URI, "http://json-schema.org/draft-07/schema#" or
+//     "https://json-schema.org/draft-07/schema#", each also without the
+//     trailing "#", at the top level and in every subschema;
+//   - no subschema uses a keyword of JSON Schema 2019-09 or 2020-12 that
+//     changes what it accepts ("unevaluatedProperties", "unevaluatedItems",
+//     "prefixItems", "dependentRequired", "dependentSchemas",
+//     "minContains", "maxContains", "$anchor", "$dynamicRef",
+//     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
+//     "$vocabulary"): the draft-07 validator would ignore it, and the
+//     schema would accept what it says it refuses. "$defs" is accepted as
+//     a place for subschemas, like "definitions";
+//   - the top-level "$id", if any, is a plain-name fragment "#name" or an
+//     absolute URI without a fragment (an empty one is dropped), not
+//     file:; no two schemas of the directory have the same URI;
+//   - every "$id" below the top level, and every draft-04 style "id" in a
+//     subschema (gojsonschema honours both), is a plain-name fragment
+//     "#name", since any other value changes the base URI; no plain name is
+//     defined twice in a file;
+//   - every "$ref", anywhere in the file, is a local fragment ("#", "#/…"
+//     or "#name") or names another schema of the directory by its
+//     top-level $id: absolute, or relative to the file's own $id, with or
+//     without a fragment ("address.json#/definitions/postcode"). Nothing
+//     else is ever resolved: no file: reference, no URI the directory does
+//     not hold;
 //   - every $ref the compiler follows resolves to a subschema (not to a
 //     value under "default", "enum", a "properties" map, …);
-//   - no cycle of $refs applies a schema to the same value again without
-//     descending into it ({"$ref": "#"}, {"allOf": [{"$ref": "#"}]}):
-//     gojsonschema would recurse until the stack overflows, which kills the
-//     process;
-//   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode).
+//   - no cycle of $refs, within a file or across files, applies a schema to
+//     the same value again without descending into it ({"$ref": "#"},
+//     {"allOf": [{"$ref": "#"}]}): gojsonschema would recurse until the
+//     stack overflows, which kills the process;
+//   - it compiles (github.com/xeipuuv/gojsonschema v1.2.0, draft-07 mode),
+//     with the schemas it references given to the compiler by their $id.
 //
 // Compilation uses a loader that refuses every external load, so even a
 // reference these checks missed fetches nothing, over the network or from
@@ -114,7 +151,7 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("artifact: schema directory: %w", err)
 	}
-	r := &Registry{schemas: make(map[string]*Schema)}
+	var files []srcFile
 	for _, e := range entries {
 		file := e.Name()
 		if !strings.HasSuffix(file, ".json") || e.IsDir() {
@@ -127,15 +164,9 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
 		}
-		s, err := compile(file, b)
-		if err != nil {
-			return nil, err
-		}
-		r.schemas[s.Name] = s
-		r.names = append(r.names, s.Name)
+		files = append(files, srcFile{name: file, b: b})
 	}
-	slices.Sort(r.names)
-	return r, nil
+	return loadFiles(files)
 }
 
 // Get returns the schema named name. For a name the registry does not hold,
@@ -162,9 +193,26 @@ func (r *Registry) Names() []string {
 	return slices.Clone(r.names)
 }
 
-// compile applies the load-time rules to the schema in file (its bytes b)
-// and compiles it.
-func compile(file string, b []byte) (*Schema, error) {
+// A srcFile is one schema file: its name in the directory and its bytes.
+type srcFile struct {
+	name string
+	b    []byte
+}
+
+// A parsed schema file has passed the rules that need only the file itself;
+// the rules about references ([refGraph]) need every file of the directory.
+type parsed struct {
+	file, name string
+	b          []byte
+	root       *onode
+	c          *checker
+	// id is the absolute URI the top-level "$id" gives the schema (as
+	// gojsonschema's pool keys it), "" without one.
+	id string
+}
+
+// parse applies the load-time rules that need only the file (its bytes b).
+func parse(file string, b []byte) (*parsed, error) {
 	name := strings.TrimSuffix(file, ".json")
 	if name == "" {
 		return nil, &LoadError{File: file, Reason: "file name gives an empty schema name"}
@@ -186,38 +234,95 @@ func compile(file string, b []byte) (*Schema, error) {
 	if v, ok := root.member("$schema"); ok && v.kind != kindString {
 		return nil, refuse("/$schema", "$schema is not a string")
 	}
-	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string)}
+	c := checker{names: make(map[string]bool), schemas: make(map[*onode]string), root: root}
 	c.checkSchema(root, "")
-	if c.err == nil {
-		c.checkRefGraph(root)
+	if len(c.faults) > 0 {
+		return nil, c.loadError(file)
 	}
-	if c.err != nil {
-		return nil, refuse(c.errPtr, c.err.Error())
-	}
+	return &parsed{file: file, name: name, b: b, root: root, c: &c, id: c.rootID}, nil
+}
 
+// loadFiles applies every load-time rule to files (in this order) and
+// compiles each into a Registry.
+func loadFiles(files []srcFile) (*Registry, error) {
+	docs := make([]*parsed, 0, len(files))
+	byID := make(map[string]*parsed)
+	var errs []error
+	for _, f := range files {
+		d, err := parse(f.name, f.b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if d.id != "" {
+			if other, dup := byID[d.id]; dup {
+				errs = append(errs, &LoadError{File: d.file, Pointer: "/$id", Reason: "$id " + clip(d.id) + " already identifies " + other.file})
+				continue
+			}
+			byID[d.id] = d
+		}
+		docs = append(docs, d)
+	}
+	if len(errs) > 0 {
+		return nil, joinLoadErrors(errs)
+	}
+	g := newRefGraph(docs, byID)
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	r := &Registry{schemas: make(map[string]*Schema)}
+	for _, d := range docs {
+		s, err := d.build(g.deps(d))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.schemas[s.Name] = s
+		r.names = append(r.names, s.Name)
+	}
+	if len(errs) > 0 {
+		return nil, joinLoadErrors(errs)
+	}
+	slices.Sort(r.names)
+	return r, nil
+}
+
+// build compiles d, with deps, the other schemas it references directly
+// or through them (sorted by file name).
+func (d *parsed) build(deps []*parsed) (*Schema, error) {
+	refuse := func(ptr, reason string) error { return &LoadError{File: d.file, Pointer: ptr, Reason: reason} }
 	var compact bytes.Buffer
-	if err := json.Compact(&compact, b); err != nil {
+	if err := json.Compact(&compact, d.b); err != nil {
 		return nil, refuse("", "not valid JSON")
 	}
-	compiled, err := compileGo(b)
+	compiled, err := compileGo(d.b, deps)
 	if err != nil {
 		return nil, refuse("", "does not compile: "+err.Error())
 	}
-	sum := sha256.Sum256(b)
-	return &Schema{
-		Name:     name,
-		Digest:   "sha256:" + hex.EncodeToString(sum[:]),
-		Document: json.RawMessage(compact.Bytes()),
-		compiled: compiled,
-		source:   b,
-		names:    c.names,
-	}, nil
+	s := &Schema{Name: d.name, Document: json.RawMessage(compact.Bytes()), compiled: compiled, source: d.b, names: d.c.names}
+	if len(deps) > 0 {
+		s.names = maps.Clone(d.c.names)
+		for _, dep := range deps {
+			maps.Copy(s.names, dep.c.names)
+		}
+		if s.source, err = bundle(d, deps); err != nil {
+			return nil, refuse("", err.Error())
+		}
+		doc, err := embed(d, deps)
+		if err != nil {
+			return nil, refuse("/definitions", err.Error())
+		}
+		s.Document = doc
+	}
+	sum := sha256.Sum256(s.source)
+	s.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	return s, nil
 }
 
 // compileGo compiles schema b with gojsonschema in draft-07 mode, with a
 // loader that refuses every external load. A panic in the compiler is
 // returned as an error.
-func compileGo(b []byte) (s *gojsonschema.Schema, err error) {
+func compileGo(b []byte, deps []*parsed) (s *gojsonschema.Schema, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s, err = nil, fmt.Errorf("schema compiler panicked: %v", p)
@@ -234,6 +339,18 @@ func compileGo(b []byte) (s *gojsonschema.Schema, err error) {
 	// metaschema with gojsonschema's own file/HTTP loader factory and
 	// leaves that factory in the shared pool.
 	sl.Validate = false
+	// The schemas b references are put in the compiler's pool under their
+	// $id (decoded afresh: the pool rewrites their $refs in place), so
+	// it resolves them without a load.
+	for _, dep := range deps {
+		dd, err := decodeUseNumber(dep.b)
+		if err != nil {
+			return nil, err
+		}
+		if err := sl.AddSchemas(rootLoader{doc: dd}); err != nil {
+			return nil, fmt.Errorf("%s: %w", dep.file, err)
+		}
+	}
 	return sl.Compile(rootLoader{doc: doc})
 }
 
@@ -279,11 +396,26 @@ func (l refusedLoader) JsonReference() (gojsonreference.JsonReference, error) {
 	return gojsonreference.NewJsonReference(l.source)
 }
 
-// Accepted values of "$schema".
-const (
-	draft07URI     = "http://json-schema.org/draft-07/schema#"
-	draft07URINoFr = "http://json-schema.org/draft-07/schema"
-)
+// Accepted values of "$schema": the draft-07 meta-schema URI, in http and
+// https, with and without the empty fragment.
+const draft07URI = "http://json-schema.org/draft-07/schema#"
+
+var draft07URIs = map[string]bool{
+	draft07URI: true, "http://json-schema.org/draft-07/schema": true,
+	"https://json-schema.org/draft-07/schema#": true, "https://json-schema.org/draft-07/schema": true,
+}
+
+// laterKeywords are the keywords of JSON Schema 2019-09 and 2020-12 that
+// change what a schema accepts, by the version that brought them.
+// gojsonschema (draft-07) ignores them, so a schema using one would accept
+// what it says it refuses: it is refused at load.
+var laterKeywords = map[string]string{
+	"unevaluatedProperties": "2019-09", "unevaluatedItems": "2019-09",
+	"dependentRequired": "2019-09", "dependentSchemas": "2019-09",
+	"minContains": "2019-09", "maxContains": "2019-09",
+	"$anchor": "2019-09", "$recursiveRef": "2019-09", "$recursiveAnchor": "2019-09", "$vocabulary": "2019-09",
+	"prefixItems": "2020-12", "$dynamicRef": "2020-12", "$dynamicAnchor": "2020-12",
+}
 
 // plainName matches a draft-07 plain-name fragment (draft-handrews-json-
 // schema-01 §8.2.3, which defers to XML NCName; ASCII subset).
@@ -299,14 +431,52 @@ func localRef(ref string) bool {
 type checker struct {
 	names   map[string]bool
 	schemas map[*onode]string // every node at a schema position, with its pointer
-	err     error
-	errPtr  string
+	root    *onode
+	rootID  string   // the absolute URI of the top-level "$id", normalised as gojsonschema keys it
+	ext     []extRef // every "$ref" that is not a local fragment, in document order
+	ids     map[string]*onode
+	faults  []fault // every rule broken, in document order
 }
 
+// A fault is one broken rule: the JSON pointer of the key and the reason.
+type fault struct{ ptr, reason string }
+
+// An extRef is a "$ref" naming another document, at pointer ptr.
+type extRef struct{ ptr, ref string }
+
 func (c *checker) fail(ptr, reason string) {
-	if c.err == nil {
-		c.err, c.errPtr = errors.New(reason), ptr
+	c.faults = append(c.faults, fault{ptr, reason})
+}
+
+// loadError returns c's faults as the error of file: a *LoadError, or
+// several joined.
+func (c *checker) loadError(file string) error {
+	errs := make([]error, len(c.faults))
+	for i, f := range c.faults {
+		errs[i] = &LoadError{File: file, Pointer: f.ptr, Reason: f.reason}
 	}
+	return joinLoadErrors(errs)
+}
+
+// joinLoadErrors returns nil for none, the one *LoadError, or several
+// joined (errors.Join): [errors.As] finds the first.
+func joinLoadErrors(errs []error) error {
+	var flat []error
+	for _, e := range errs {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			flat = append(flat, j.Unwrap()...)
+		} else {
+			flat = append(flat, e)
+		}
+	}
+	errs = flat
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // Keywords of draft-07 whose value is a subschema, an array of subschemas,
@@ -315,14 +485,13 @@ func (c *checker) fail(ptr, reason string) {
 var (
 	kwSchema      = map[string]bool{"additionalItems": true, "additionalProperties": true, "contains": true, "propertyNames": true, "if": true, "then": true, "else": true, "not": true}
 	kwSchemaArray = map[string]bool{"allOf": true, "anyOf": true, "oneOf": true}
-	kwSchemaMap   = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "dependencies": true}
+	// "$defs" (2019-09) is only a place for subschemas, which a $ref
+	// reaches by pointer whatever the draft: it means the same here.
+	kwSchemaMap = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "$defs": true, "dependencies": true}
 )
 
 // checkSchema checks n, a (sub)schema at pointer ptr.
 func (c *checker) checkSchema(n *onode, ptr string) {
-	if c.err != nil {
-		return
-	}
 	if n.kind != kindObject {
 		// true and false are schemas too; anything else is the compiler's
 		// to refuse, but is still searched for "$ref" and "$id".
@@ -338,11 +507,16 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		v := m.val
 		switch {
 		case m.key == "$schema":
-			if v.kind == kindString && v.str != draft07URI && v.str != draft07URINoFr {
+			if v.kind == kindString && !draft07URIs[v.str] {
 				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 (%s) is supported", clip(v.str), draft07URI))
 			}
+		case laterKeywords[m.key] != "":
+			c.fail(p, fmt.Sprintf("keyword %s refused: it is JSON Schema %s, which the draft-07 validator would ignore, so the schema would accept what it says it refuses",
+				m.key, laterKeywords[m.key]))
 		case m.key == "$ref":
 			c.checkRef(v, p)
+		case m.key == "$id" && n == c.root:
+			c.checkRootID(v, p)
 		case m.key == "$id" || m.key == "id":
 			c.checkID(v, p, m.key)
 		case m.key == "items":
@@ -384,18 +558,12 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		default: // data keywords, annotations and unknown keywords
 			c.checkData(v, p)
 		}
-		if c.err != nil {
-			return
-		}
 	}
 }
 
 // checkData checks n, a value that is not a schema: "$ref" and "$id" are
 // refused there too unless they are local fragments.
 func (c *checker) checkData(n *onode, ptr string) {
-	if c.err != nil {
-		return
-	}
 	switch n.kind {
 	case kindObject:
 		for _, m := range n.members {
@@ -407,9 +575,6 @@ func (c *checker) checkData(n *onode, ptr string) {
 				c.checkID(m.val, p, m.key)
 			default:
 				c.checkData(m.val, p)
-			}
-			if c.err != nil {
-				return
 			}
 		}
 	case kindArray:
@@ -427,14 +592,48 @@ func (c *checker) checkRef(v *onode, p string) {
 	if localRef(v.str) {
 		return
 	}
-	kind := "remote"
-	switch {
-	case strings.HasPrefix(strings.ToLower(v.str), "file:"):
-		kind = "file"
-	case !strings.Contains(v.str, ":"):
-		kind = "relative"
+	if refKind(v.str) == "file" {
+		c.fail(p, "file $ref refused: a $ref names a local fragment or the $id of a schema in the schema directory")
+		return
 	}
-	c.fail(p, kind+" $ref refused: only local fragments (\"#\", \"#/…\", \"#name\") are allowed")
+	// Whether it names a schema of the directory is known once every
+	// file is read (refGraph.check).
+	c.ext = append(c.ext, extRef{ptr: p, ref: v.str})
+}
+
+// refKind says what a $ref that is not a local fragment names: "file",
+// "relative" (no scheme) or "remote".
+func refKind(ref string) string {
+	switch {
+	case strings.HasPrefix(strings.ToLower(ref), "file:"):
+		return "file"
+	case !strings.Contains(ref, ":"):
+		return "relative"
+	}
+	return "remote"
+}
+
+// checkRootID checks the top-level "$id": a plain-name fragment, or an
+// absolute URI without a fragment (an empty one is allowed), which other
+// schemas of the directory may $ref. The schema's own relative $refs
+// resolve against it. A draft-04 "id" beside it would take its place in
+// gojsonschema, so "$id" is then held to the plain-name rule.
+func (c *checker) checkRootID(v *onode, p string) {
+	if _, ok := c.root.member("id"); ok || v.kind != kindString || plainName.MatchString(v.str) {
+		c.checkID(v, p, "$id")
+		return
+	}
+	u, err := url.Parse(v.str)
+	if err != nil || u.Scheme == "" || u.Fragment != "" || strings.EqualFold(u.Scheme, "file") {
+		c.fail(p, "$id refused: at the top level it is a plain-name fragment (\"#name\") or an absolute URI without a fragment, not file:")
+		return
+	}
+	ref, err := gojsonreference.NewJsonReference(v.str)
+	if err != nil {
+		c.fail(p, "$id refused: not a valid URI")
+		return
+	}
+	c.rootID = poolKey(ref)
 }
 
 func (c *checker) checkID(v *onode, p, key string) {
@@ -443,7 +642,7 @@ func (c *checker) checkID(v *onode, p, key string) {
 		return
 	}
 	if !plainName.MatchString(v.str) {
-		c.fail(p, key+" refused: only a plain-name fragment (\"#name\") is allowed, since any other value changes the base URI")
+		c.fail(p, key+" refused: below the top level only a plain-name fragment (\"#name\") is allowed, since any other value changes the base URI")
 	}
 }
 

@@ -2,45 +2,163 @@ package artifact
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/xeipuuv/gojsonreference"
 )
 
-// checkRefGraph runs after checkSchema has found every $ref local. It
-// resolves each $ref the compiler will follow the way gojsonschema v1.2.0
-// does (schemaPool.GetDocument, gojsonpointer) and refuses the schema when
-//   - a plain-name fragment ("$id" or draft-04 "id") is defined twice, since
-//     gojsonschema would then resolve "#name" to either at random;
+// refGraph applies the rules about references, which need every file of
+// the schema directory. It resolves each $ref the compiler will follow the
+// way gojsonschema v1.2.0 does (schemaPool.GetDocument, gojsonpointer) and
+// refuses a schema when
+//   - a $ref that is not a local fragment names no schema of the
+//     directory by its top-level $id (nothing is ever fetched), or is
+//     relative in a schema without one;
+//   - a plain-name fragment ("$id" or draft-04 "id") is defined twice in
+//     one file, since gojsonschema would then resolve "#name" to either at
+//     random;
 //   - a $ref is not a valid URI reference, names no defined plain name, or
 //     points at nothing;
 //   - a $ref points at something that is not a subschema (a value under
 //     "default", "enum", a "properties" map, …);
 //   - $refs form a cycle that never descends into the document, such as
-//     {"$ref": "#"} or {"allOf": [{"$ref": "#"}]}: gojsonschema would
-//     recurse without end on every document and overflow the stack, which
-//     no recover can catch.
-func (c *checker) checkRefGraph(root *onode) {
-	ids := make(map[string]*onode)
-	c.collectIDs(root, "", ids)
-	if c.err != nil {
-		return
-	}
-	g := refGraph{c: c, root: root, ids: ids, state: make(map[*onode]byte)}
-	for _, n := range c.orderedSchemas(root) {
-		if c.err != nil {
-			return
+//     {"$ref": "#"} or {"allOf": [{"$ref": "#"}]}, within a file or
+//     across files: gojsonschema would recurse without end on every
+//     document and overflow the stack, which no recover can catch.
+type refGraph struct {
+	docs  []*parsed
+	byID  map[string]*parsed
+	owner map[*onode]*parsed // every schema-position node, with its file
+	state map[*onode]byte    // 0 unseen, 1 on the DFS path, 2 done
+	refs  map[*parsed]map[*parsed]bool
+	errs  []error
+	seen  map[LoadError]bool
+}
+
+func newRefGraph(docs []*parsed, byID map[string]*parsed) *refGraph {
+	g := &refGraph{docs: docs, byID: byID, owner: make(map[*onode]*parsed), state: make(map[*onode]byte),
+		refs: make(map[*parsed]map[*parsed]bool), seen: make(map[LoadError]bool)}
+	for _, d := range docs {
+		for n := range d.c.schemas {
+			g.owner[n] = d
 		}
-		g.visit(n, nil)
 	}
+	return g
+}
+
+// fail records a broken rule once (a $ref is resolved for each check
+// that needs it).
+func (g *refGraph) fail(d *parsed, ptr, reason string) {
+	e := LoadError{File: d.file, Pointer: ptr, Reason: reason}
+	if !g.seen[e] {
+		g.seen[e] = true
+		g.errs = append(g.errs, &e)
+	}
+}
+
+// check applies the rules; every broken one is returned, each a
+// *LoadError (joined if several).
+func (g *refGraph) check() error {
+	for _, d := range g.docs {
+		d.c.ids = make(map[string]*onode)
+		d.c.collectIDs(d.root, "", d.c.ids)
+		for _, f := range d.c.faults {
+			g.fail(d, f.ptr, f.reason)
+		}
+		for _, e := range d.c.ext {
+			g.document(d, e.ref, e.ptr)
+		}
+	}
+	for _, d := range g.docs {
+		for _, n := range d.c.orderedSchemas(d.root) {
+			g.visit(n, nil)
+		}
+	}
+	return joinLoadErrors(g.errs)
+}
+
+// deps returns the other schemas d references, directly or through them,
+// sorted by file name.
+func (g *refGraph) deps(d *parsed) []*parsed {
+	seen := map[*parsed]bool{d: true}
+	var out []*parsed
+	queue := []*parsed{d}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for t := range g.refs[cur] {
+			if !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+				queue = append(queue, t)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *parsed) int { return strings.Compare(a.file, b.file) })
+	return out
+}
+
+// poolKey is the key gojsonschema's pool holds the document of ref under:
+// its URI resolved and without the fragment.
+func poolKey(ref gojsonreference.JsonReference) string {
+	empty, _ := gojsonreference.NewJsonReference("")
+	abs, err := empty.Inherits(ref)
+	if err != nil {
+		return ref.String()
+	}
+	u := *abs.GetUrl()
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// document returns the schema of the directory that ref, a $ref in d at
+// pointer p that is not a local fragment, names by its $id, and the
+// fragment within it; nil after recording a failure.
+func (g *refGraph) document(d *parsed, ref, p string) *parsed {
+	t, _ := g.target(d, ref, p)
+	return t
+}
+
+func (g *refGraph) target(d *parsed, ref, p string) (*parsed, string) {
+	r, err := gojsonreference.NewJsonReference(ref)
+	if err != nil {
+		g.fail(d, p, "$ref is not a valid URI reference")
+		return nil, ""
+	}
+	kind := refKind(ref)
+	if kind == "relative" && d.id == "" {
+		g.fail(d, p, "relative $ref refused: the schema has no top-level $id to resolve it against, and nothing is ever fetched")
+		return nil, ""
+	}
+	if d.id != "" {
+		base, err := gojsonreference.NewJsonReference(d.id)
+		var abs *gojsonreference.JsonReference
+		if err == nil {
+			abs, err = base.Inherits(r)
+		}
+		if err == nil {
+			r = *abs
+		} else {
+			g.fail(d, p, "$ref is not a valid URI reference")
+			return nil, ""
+		}
+	}
+	key := poolKey(r)
+	t := g.byID[key]
+	if t == nil {
+		g.fail(d, p, kind+" $ref refused: no schema in the schema directory has the $id "+clip(key)+
+			"; references are resolved from the directory only, never fetched")
+		return nil, ""
+	}
+	return t, r.GetUrl().Fragment
 }
 
 // collectIDs records the plain-name fragments gojsonschema registers: in
 // every object outside "const" and "enum", "id" if present, else "$id"
 // (schemaPool.parseReferencesRecursive).
 func (c *checker) collectIDs(n *onode, ptr string, ids map[string]*onode) {
-	if c.err != nil {
-		return
-	}
 	switch n.kind {
 	case kindArray:
 		for i, e := range n.elems {
@@ -54,9 +172,9 @@ func (c *checker) collectIDs(n *onode, ptr string, ids map[string]*onode) {
 		if v, ok := n.member(key); ok && v.kind == kindString && plainName.MatchString(v.str) {
 			if _, dup := ids[v.str]; dup {
 				c.fail(ptr+"/"+escapeToken(key), "plain-name fragment "+v.str+" defined twice")
-				return
+			} else {
+				ids[v.str] = n
 			}
-			ids[v.str] = n
 		}
 		for _, m := range n.members {
 			p := ptr + "/" + escapeToken(m.key)
@@ -92,19 +210,17 @@ func (c *checker) orderedSchemas(root *onode) []*onode {
 	return out
 }
 
-type refGraph struct {
-	c     *checker
-	root  *onode
-	ids   map[string]*onode
-	state map[*onode]byte // 0 unseen, 1 on the DFS path, 2 done
-}
-
 // An inPlace edge leads from a schema to a schema applied to the same
-// instance; ref is the pointer of the "$ref" key for a $ref edge, "" for an
-// edge to a subschema ("allOf", "not", "then", …).
+// instance; ref is the "$ref" key (its file and pointer) for a $ref edge,
+// nil for an edge to a subschema ("allOf", "not", "then", …).
 type inPlace struct {
 	to  *onode
-	ref string
+	ref *refAt
+}
+
+type refAt struct {
+	d   *parsed
+	ptr string
 }
 
 // visit is a depth-first search over in-place edges; path holds the edges
@@ -124,21 +240,19 @@ func (g *refGraph) visit(n *onode, path []inPlace) {
 			}
 		}
 		for i := len(path) - 1; i >= start; i-- {
-			if path[i].ref != "" {
-				g.c.fail(path[i].ref, "$ref cycle that never descends into the document")
+			if r := path[i].ref; r != nil {
+				g.fail(r.d, r.ptr, "$ref cycle that never descends into the document")
 				return
 			}
 		}
-		g.c.fail(g.c.schemas[n], "$ref cycle that never descends into the document")
+		d := g.owner[n]
+		g.fail(d, d.c.schemas[n], "$ref cycle that never descends into the document")
 		return
 	case 2:
 		return
 	}
 	g.state[n] = 1
 	for _, e := range g.edges(n) {
-		if g.c.err != nil {
-			return
-		}
 		g.visit(e.to, append(path, e))
 	}
 	g.state[n] = 2
@@ -150,18 +264,19 @@ func (g *refGraph) edges(n *onode) []inPlace {
 	if n.kind != kindObject {
 		return nil
 	}
-	ptr := g.c.schemas[n]
+	d := g.owner[n]
+	ptr := d.c.schemas[n]
 	if v, ok := n.member("$ref"); ok && v.kind == kindString {
 		p := ptr + "/$ref"
-		t := g.resolve(v.str, p)
+		t := g.resolve(d, v.str, p)
 		if t == nil {
 			return nil
 		}
-		return []inPlace{{to: t, ref: p}}
+		return []inPlace{{to: t, ref: &refAt{d: d, ptr: p}}}
 	}
 	var out []inPlace
 	add := func(t *onode) {
-		if _, ok := g.c.schemas[t]; ok {
+		if _, ok := d.c.schemas[t]; ok {
 			out = append(out, inPlace{to: t})
 		}
 	}
@@ -187,35 +302,50 @@ func (g *refGraph) edges(n *onode) []inPlace {
 	return out
 }
 
-// resolve returns the schema node ref (at pointer p) points at, or nil after
+// resolve returns the schema node ref (a $ref in d at pointer p) points
+// at, in d or in the schema of the directory it names, or nil after
 // recording a failure.
-func (g *refGraph) resolve(ref, p string) *onode {
-	u, err := url.Parse(ref)
-	if err != nil {
-		g.c.fail(p, "$ref is not a valid URI reference")
-		return nil
+func (g *refGraph) resolve(d *parsed, ref, p string) *onode {
+	td, frag := d, ""
+	if localRef(ref) {
+		u, err := url.Parse(ref)
+		if err != nil {
+			g.fail(d, p, "$ref is not a valid URI reference")
+			return nil
+		}
+		frag = u.Fragment
+	} else {
+		if td, frag = g.target(d, ref, p); td == nil {
+			return nil
+		}
+		if td != d {
+			if g.refs[d] == nil {
+				g.refs[d] = make(map[*parsed]bool)
+			}
+			g.refs[d][td] = true
+		}
 	}
 	var t *onode
-	switch frag := u.Fragment; {
+	switch {
 	case frag == "":
-		t = g.root
+		t = td.root
 	case strings.HasPrefix(frag, "/"):
-		t = g.root
+		t = td.root
 		for tok := range strings.SplitSeq(frag[1:], "/") {
 			t = step(t, strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~"))
 			if t == nil {
-				g.c.fail(p, "$ref "+clip(ref)+" points at nothing")
+				g.fail(d, p, "$ref "+clip(ref)+" points at nothing")
 				return nil
 			}
 		}
 	default:
-		if t = g.ids["#"+frag]; t == nil {
-			g.c.fail(p, "$ref "+clip(ref)+" names no $id")
+		if t = td.c.ids["#"+frag]; t == nil {
+			g.fail(d, p, "$ref "+clip(ref)+" names no $id")
 			return nil
 		}
 	}
-	if _, ok := g.c.schemas[t]; !ok {
-		g.c.fail(p, "$ref "+clip(ref)+" does not point at a subschema")
+	if _, ok := td.c.schemas[t]; !ok {
+		g.fail(d, p, "$ref "+clip(ref)+" does not point at a subschema")
 		return nil
 	}
 	return t

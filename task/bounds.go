@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/a2ad/a2ad/internal/a2a"
 )
@@ -70,42 +71,46 @@ func validEventID(msgID string) bool {
 	return true
 }
 
-// checkItem returns why item exceeds what a record may keep of it, or "".
-func checkItem(item *a2a.StreamResponse) string {
-	var bad string
-	id := func(what, v string) {
-		if bad == "" && len(v) > MaxAgentIDBytes {
-			bad = fmt.Sprintf("%s longer than %d bytes", what, MaxAgentIDBytes)
+// An overBound is what of an event is over a2ad's bounds (what, in a2ad's
+// words) and where (ptr, its JSON pointer in the event); zero for nothing.
+type overBound struct{ what, ptr string }
+
+// checkItem returns what of item exceeds what a record may keep of it.
+func checkItem(item *a2a.StreamResponse) overBound {
+	var bad overBound
+	id := func(what, ptr, v string) {
+		if bad.what == "" && len(v) > MaxAgentIDBytes {
+			bad = overBound{fmt.Sprintf("%s longer than %d bytes", what, MaxAgentIDBytes), ptr}
 		}
 	}
-	status := func(st a2a.TaskStatus) {
+	status := func(st a2a.TaskStatus, ptr string) {
 		if m := st.Message; m != nil {
-			id("status message messageId", m.MessageID)
-			id("status message taskId", m.TaskID)
-			id("status message contextId", m.ContextID)
+			id("status message messageId", ptr+"/message/messageId", m.MessageID)
+			id("status message taskId", ptr+"/message/taskId", m.TaskID)
+			id("status message contextId", ptr+"/message/contextId", m.ContextID)
 		}
 	}
-	art := func(a a2a.Artifact) {
-		id("artifactId", a.ArtifactID)
-		if bad == "" && len(a.Name) > MaxArtifactNameBytes {
-			bad = fmt.Sprintf("artifact name longer than %d bytes", MaxArtifactNameBytes)
+	art := func(a a2a.Artifact, ptr string) {
+		id("artifactId", ptr+"/artifactId", a.ArtifactID)
+		if bad.what == "" && len(a.Name) > MaxArtifactNameBytes {
+			bad = overBound{fmt.Sprintf("artifact name longer than %d bytes", MaxArtifactNameBytes), ptr + "/name"}
 		}
 	}
 	switch {
 	case item.StatusUpdate != nil:
-		id("taskId", item.StatusUpdate.TaskID)
-		id("contextId", item.StatusUpdate.ContextID)
-		status(item.StatusUpdate.Status)
+		id("taskId", "/statusUpdate/taskId", item.StatusUpdate.TaskID)
+		id("contextId", "/statusUpdate/contextId", item.StatusUpdate.ContextID)
+		status(item.StatusUpdate.Status, "/statusUpdate/status")
 	case item.ArtifactUpdate != nil:
-		id("taskId", item.ArtifactUpdate.TaskID)
-		id("contextId", item.ArtifactUpdate.ContextID)
-		art(item.ArtifactUpdate.Artifact)
+		id("taskId", "/artifactUpdate/taskId", item.ArtifactUpdate.TaskID)
+		id("contextId", "/artifactUpdate/contextId", item.ArtifactUpdate.ContextID)
+		art(item.ArtifactUpdate.Artifact, "/artifactUpdate/artifact")
 	case item.Task != nil:
-		id("taskId", item.Task.ID)
-		id("contextId", item.Task.ContextID)
-		status(item.Task.Status)
-		for _, a := range item.Task.Artifacts {
-			art(a)
+		id("taskId", "/task/id", item.Task.ID)
+		id("contextId", "/task/contextId", item.Task.ContextID)
+		status(item.Task.Status, "/task/status")
+		for i, a := range item.Task.Artifacts {
+			art(a, "/task/artifacts/"+strconv.Itoa(i))
 		}
 	}
 	return bad

@@ -55,8 +55,8 @@ func FuzzEvent(f *testing.F) {
 		if ev.agentID != "fraud-review" && (drop == nil || drop.reason != DropForeignTask || len(r.History) != 0) {
 			t.Fatalf("foreign event: drop %v, history %v", drop, r.History)
 		}
-		if (ev.badID || ev.bound != "") && ev.agentID == "fraud-review" && (drop == nil || drop.reason != DropOutOfBounds) {
-			t.Fatalf("event over the bounds (%q, bad id %v): drop %v err %v", ev.bound, ev.badID, drop, err)
+		if (ev.badID || ev.bound.what != "") && ev.agentID == "fraud-review" && (drop == nil || drop.reason != DropOutOfBounds) {
+			t.Fatalf("event over the bounds (%q, bad id %v): drop %v err %v", ev.bound.what, ev.badID, drop, err)
 		}
 		kept := []string{r.AgentTaskID, r.ContextID}
 		kept = append(kept, r.Applied...)

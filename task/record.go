@@ -40,7 +40,11 @@ type Transition struct {
 	Source  string    `json:"source"`
 	Reason  string    `json:"reason,omitempty"`
 	Refused bool      `json:"refused,omitempty"`
-	MsgID   string    `json:"msg_id,omitempty"`
+	// Pointer is, for a refused agent event, the RFC 6901 JSON pointer of
+	// the member at fault in the event (e.g. "/statusUpdate/status/state"),
+	// also named in Reason; "" when the event as a whole is at fault.
+	Pointer string `json:"pointer,omitempty"`
+	MsgID   string `json:"msg_id,omitempty"`
 	// By is the subject of the host principal behind a host transition
 	// (submit, answer, cancel): tasks are shared within their tenant.
 	By string `json:"by,omitempty"`
@@ -159,11 +163,13 @@ type Outbound struct {
 type Chunks struct {
 	// Appends counts the chunks appended after the first.
 	Appends int `json:"appends,omitempty"`
-	// Last is set once a chunk said lastChunk.
+	// Last is set once a chunk said lastChunk: the artifact is sealed, and
+	// a later update of it is refused.
 	Last bool `json:"last,omitempty"`
 	// Fault names a chunk sequence a2ad cannot assemble faithfully, which
 	// rejects the artifact: "chunk_without_start" (an append to an artifact
-	// never begun, e.g. a lost first chunk) or "chunk_after_last".
+	// never begun, e.g. a lost first chunk), or "chunk_after_last" in a
+	// record written before sealed artifacts refused later chunks.
 	Fault string `json:"fault,omitempty"`
 }
 

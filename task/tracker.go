@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -308,9 +309,9 @@ func (t *Tracker) Apply(ctx context.Context, subject, msgID string, data []byte)
 type event struct {
 	agentID, taskID, msgID string
 	item                   *a2a.StreamResponse
-	decErr                 error  // the body is not one A2A 1.0 stream item
-	badID                  bool   // msgID is over MaxEventIDBytes or not printable ASCII
-	bound                  string // what of item is over a2ad's bounds, or ""
+	decErr                 error     // the body is not one A2A 1.0 stream item
+	badID                  bool      // msgID is over MaxEventIDBytes or not printable ASCII
+	bound                  overBound // what of item is over a2ad's bounds, if anything
 }
 
 // parseEvent reads an event published on subject; an error (a *dropped)
@@ -380,13 +381,21 @@ func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dro
 	r.remember(ev.msgID)
 	switch {
 	case ev.decErr != nil:
+		reason, ptr := "refused: malformed A2A 1.0 event", ""
+		var de *a2a.DecodeError
+		switch {
+		case errors.As(ev.decErr, &de) && de.Pointer != "":
+			reason, ptr = "refused at "+de.Pointer+": malformed A2A 1.0 event: "+de.Reason, de.Pointer
+		case de != nil:
+			reason += ": " + de.Reason
+		}
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-			Reason: "refused: malformed A2A 1.0 event", Refused: true, MsgID: ev.msgID})
+			Reason: reason, Pointer: ptr, Refused: true, MsgID: ev.msgID})
 		return &dropped{reason: DropMalformed}, nil
-	case ev.bound != "":
+	case ev.bound.what != "":
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,
-			Reason: "refused: " + ev.bound, Refused: true, MsgID: ev.msgID})
-		return &dropped{reason: DropOutOfBounds, detail: ev.bound}, nil
+			Reason: "refused at " + ev.bound.ptr + ": " + ev.bound.what, Pointer: ev.bound.ptr, Refused: true, MsgID: ev.msgID})
+		return &dropped{reason: DropOutOfBounds, detail: ev.bound.what}, nil
 	}
 	if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
 		// Any event of the task proves the agent has the brief.
@@ -448,19 +457,19 @@ func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, n
 	case item.StatusUpdate != nil:
 		u := item.StatusUpdate
 		r.learnIDs(u.TaskID, u.ContextID, now)
-		return t.applyStatus(r, u.Status, msgID, now)
+		return t.applyStatus(r, u.Status, "/statusUpdate/status/state", msgID, now)
 	case item.ArtifactUpdate != nil:
 		u := item.ArtifactUpdate
 		r.learnIDs(u.TaskID, u.ContextID, now)
-		return t.addArtifact(r, u, msgID, now)
+		return t.addArtifact(r, u, "/artifactUpdate/artifact", msgID, now)
 	case item.Task != nil:
 		r.learnIDs(item.Task.ID, item.Task.ContextID, now)
-		for _, a := range item.Task.Artifacts {
-			if err := t.addArtifact(r, &a2a.TaskArtifactUpdateEvent{Artifact: a}, msgID, now); err != nil {
+		for i, a := range item.Task.Artifacts {
+			if err := t.addArtifact(r, &a2a.TaskArtifactUpdateEvent{Artifact: a}, "/task/artifacts/"+strconv.Itoa(i), msgID, now); err != nil {
 				return err
 			}
 		}
-		return t.applyStatus(r, item.Task.Status, msgID, now)
+		return t.applyStatus(r, item.Task.Status, "/task/status/state", msgID, now)
 	}
 	return errNoChange // a bare message item carries no task change on this binding
 }
@@ -482,10 +491,21 @@ func (r *Record) learnIDs(agentTaskID, contextID string, now time.Time) {
 	}
 }
 
-func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID string, now time.Time) error {
+// addArtifact adds the artifact (or chunk) of u, found at pointer ptr in
+// the event, to the task's pending artifacts.
+//
+// An artifact whose lastChunk came is sealed: a later update of it is
+// refused and recorded (at ptr), and the content it was sealed with stands;
+// the same artifact again, unchanged (a final Task repeating what was
+// streamed), changes nothing. A chunk that takes its artifact past the
+// policy's max_parts or max_artifact_bytes fails the task at once
+// (ReasonArtifactTooLarge, naming the artifact and the limit), as does
+// going past the task's limits (MaxPendingParts, MaxPendingBytes,
+// max_task_bytes).
+func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, ptr, msgID string, now time.Time) error {
 	if r.State.Terminal() {
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
-			Reason: "refused: artifact after a terminal state", Refused: true, MsgID: msgID})
+			Reason: "refused at " + ptr + ": artifact after a terminal state", Pointer: ptr, Refused: true, MsgID: msgID})
 		return fmt.Errorf("%w: artifact after %s", ErrIllegalTransition, r.State)
 	}
 	i := -1
@@ -497,14 +517,19 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID s
 	if len(r.PendingChunks) != len(r.Pending) { // a record from before chunks were tracked
 		r.PendingChunks = make([]Chunks, len(r.Pending))
 	}
+	if i >= 0 && r.PendingChunks[i].Last {
+		if !u.Append && reflect.DeepEqual(r.Pending[i], u.Artifact) {
+			return nil
+		}
+		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
+			Reason: "refused at " + ptr + ": artifact " + shownArtifactID(r.Pending[i].ArtifactID, i) +
+				" was sealed by its lastChunk; the content it was sealed with stands", Pointer: ptr, Refused: true, MsgID: msgID})
+		return nil
+	}
 	switch {
 	case i >= 0 && u.Append:
 		r.Pending[i].Parts = append(r.Pending[i].Parts, u.Artifact.Parts...)
-		c := &r.PendingChunks[i]
-		c.Appends++
-		if c.Last && c.Fault == "" {
-			c.Fault = "chunk_after_last"
-		}
+		r.PendingChunks[i].Appends++
 	case i >= 0: // the same artifact id again, whole: it replaces the first
 		r.Pending[i] = u.Artifact
 		r.PendingChunks[i] = Chunks{}
@@ -520,13 +545,41 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, msgID s
 	if u.LastChunk {
 		r.PendingChunks[i].Last = true
 	}
-	if pendingBytes(r.Pending) > t.policy(r.AgentID).MaxTaskBytes || encodedBytes(r.Pending) > MaxPendingBytes ||
+	pol := t.policy(r.AgentID)
+	if u.Append {
+		// A whole artifact over these limits gets its verdict on
+		// completion; a chunk stream is cut at the chunk that crosses one.
+		a := r.Pending[i]
+		var over string
+		switch {
+		case len(a.Parts) > pol.MaxParts:
+			over = fmt.Sprintf("max_parts (%d parts)", pol.MaxParts)
+		case artifact.Size(a) > pol.MaxArtifactBytes:
+			over = fmt.Sprintf("max_artifact_bytes (%d bytes)", pol.MaxArtifactBytes)
+		}
+		if over != "" {
+			label := shownArtifactID(a.ArtifactID, i)
+			r.Pending, r.PendingChunks = nil, nil
+			return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge+": artifact "+label+" passed "+over, msgID)
+		}
+	}
+	if pendingBytes(r.Pending) > pol.MaxTaskBytes || encodedBytes(r.Pending) > MaxPendingBytes ||
 		pendingParts(r.Pending) > MaxPendingParts {
 		r.Pending, r.PendingChunks = nil, nil
 		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge, msgID)
 	}
 	r.UpdatedAt = now
 	return nil
+}
+
+// shownArtifactID is how a2ad names the artifact at index i of a task in
+// its own words: its artifactId when that is a safe identifier
+// ([artifact.ShownID]), else "artifact-<i+1>", as verdicts do.
+func shownArtifactID(id string, i int) string {
+	if s := artifact.ShownID(id); s != "" {
+		return s
+	}
+	return fmt.Sprintf("artifact-%d", i+1)
 }
 
 // policy is agent id's artifact policy, defaults applied.
@@ -560,7 +613,23 @@ func pendingBytes(as []a2a.Artifact) int {
 	return n
 }
 
-func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now time.Time) error {
+// applyStatus applies the status st, whose state is at pointer ptr in the
+// event; a refused move names ptr in the history.
+func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, ptr, msgID string, now time.Time) error {
+	n := len(r.History)
+	err := t.moveTo(r, st, msgID, now)
+	if errors.Is(err, ErrIllegalTransition) && len(r.History) > n {
+		if h := &r.History[len(r.History)-1]; h.Refused && h.MsgID == msgID && h.Source == SourceAgent {
+			h.Pointer = ptr
+			if rest, ok := strings.CutPrefix(h.Reason, "refused: "); ok {
+				h.Reason = "refused at " + ptr + ": " + rest
+			}
+		}
+	}
+	return err
+}
+
+func (t *Tracker) moveTo(r *Record, st a2a.TaskStatus, msgID string, now time.Time) error {
 	to, ok := FromWire(st.State)
 	if !ok {
 		return fmt.Errorf("%w: unknown state", ErrIllegalTransition)
@@ -610,9 +679,10 @@ func (t *Tracker) applyStatus(r *Record, st a2a.TaskStatus, msgID string, now ti
 }
 
 // chunkVerdict adds to v what the artifact's chunk sequence broke: a fault
-// (keyword "chunk_without_start" or "chunk_after_last"), or appended chunks
-// with no lastChunk (keyword "chunks_incomplete": the agent never finished
-// the artifact). Both apply to the whole artifact (pointer "").
+// (keyword "chunk_without_start", or "chunk_after_last" in a record from
+// before sealed artifacts refused later chunks), or appended chunks with no
+// lastChunk (keyword "chunks_incomplete": the agent never finished the
+// artifact). Both apply to the whole artifact (pointer "").
 func chunkVerdict(v artifact.Verdict, c Chunks) artifact.Verdict {
 	kw := c.Fault
 	if kw == "" && c.Appends > 0 && !c.Last {
@@ -650,9 +720,7 @@ func (t *Tracker) complete(r *Record, msgID string, now time.Time) error {
 		if i < len(r.PendingChunks) {
 			v = chunkVerdict(v, r.PendingChunks[i])
 		}
-		if v.ArtifactID == "" {
-			v.ArtifactID = fmt.Sprintf("artifact-%d", i+1) // the agent's id was not safe to show
-		}
+		v.ArtifactID = shownArtifactID(a.ArtifactID, i)
 		r.Verdicts = append(r.Verdicts, v)
 		if !v.Valid {
 			rejected = true

@@ -136,14 +136,28 @@ func TestApplyIgnoresRedeliveredEvent(t *testing.T) {
 }
 
 func TestApplyRefusesIllegalAndForeignAndMalformedEvents(t *testing.T) {
+	// Each refusal names the JSON pointer of the member at fault in the
+	// event, in Reason and in Pointer.
 	cases := []struct {
 		name, subject, body string
-		reason              string
+		reason, pointer     string
 	}{
-		{"out of terminal", "a2a.events.fraud-review.t1", working, "refused: start is not allowed from completed"},
-		{"0.3 state spelling", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"working"}}}`, "refused: malformed A2A 1.0 event"},
-		{"two items", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"TASK_STATE_WORKING"}},"task":{"id":"a1","status":{"state":"TASK_STATE_WORKING"}}}`, "refused: malformed A2A 1.0 event"},
-		{"artifact after terminal", "a2a.events.fraud-review.t1", good, "refused: artifact after a terminal state"},
+		{"out of terminal", "a2a.events.fraud-review.t1", working,
+			"refused at /statusUpdate/status/state: start is not allowed from completed", "/statusUpdate/status/state"},
+		{"0.3 state spelling", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"working"}}}`,
+			"refused at /statusUpdate/status/state: malformed A2A 1.0 event: unknown task state (A2A 1.0 spells states TASK_STATE_*)", "/statusUpdate/status/state"},
+		{"0.3 state in a task", "a2a.events.fraud-review.t1", `{"task":{"id":"a1","status":{"state":"completed"}}}`,
+			"refused at /task/status/state: malformed A2A 1.0 event: unknown task state (A2A 1.0 spells states TASK_STATE_*)", "/task/status/state"},
+		{"wrong type deep in an artifact", "a2a.events.fraud-review.t1", `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"data":{}},{"text":7}]}}}`,
+			"refused at /artifactUpdate/artifact/parts/1/text: malformed A2A 1.0 event: a member has the wrong JSON type", "/artifactUpdate/artifact/parts/1/text"},
+		{"unknown member: its object is named, not the member", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"TASK_STATE_WORKING","secretNote":"x"}}}`,
+			"refused at /statusUpdate/status: malformed A2A 1.0 event: an unknown member (A2A 1.0 objects are closed)", "/statusUpdate/status"},
+		{"part with two contents", "a2a.events.fraud-review.t1", `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"data":{},"text":"x"}]}}}`,
+			"refused at /artifactUpdate/artifact/parts/0: malformed A2A 1.0 event: a part must carry exactly one of text, raw, url, data (has 2)", "/artifactUpdate/artifact/parts/0"},
+		{"two items", "a2a.events.fraud-review.t1", `{"statusUpdate":{"taskId":"a1","status":{"state":"TASK_STATE_WORKING"}},"task":{"id":"a1","status":{"state":"TASK_STATE_WORKING"}}}`, "refused: malformed A2A 1.0 event", ""},
+		{"artifact after terminal", "a2a.events.fraud-review.t1", good, "refused at /artifactUpdate/artifact: artifact after a terminal state", "/artifactUpdate/artifact"},
+		{"artifact id over the bounds", "a2a.events.fraud-review.t1", `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"` + strings.Repeat("a", MaxAgentIDBytes+1) + `","parts":[{"data":{}}]}}}`,
+			"refused at /artifactUpdate/artifact/artifactId: artifactId longer than 256 bytes", "/artifactUpdate/artifact/artifactId"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,8 +170,8 @@ func TestApplyRefusesIllegalAndForeignAndMalformedEvents(t *testing.T) {
 			}
 			r := get(t, tr, "t1")
 			last := r.History[len(r.History)-1]
-			if r.State != Completed || !last.Refused || last.Reason != c.reason {
-				t.Fatalf("state %s, last %+v; want completed and refused %q", r.State, last, c.reason)
+			if r.State != Completed || !last.Refused || last.Reason != c.reason || last.Pointer != c.pointer {
+				t.Fatalf("state %s, last %+v; want completed and refused %q at %q", r.State, last, c.reason, c.pointer)
 			}
 		})
 	}
@@ -399,11 +413,13 @@ func TestChunkedArtifacts(t *testing.T) {
 		parts   int
 		keyword string // the chunk violation, at pointer ""
 	}{
-		"in order, finished":       {[]string{chunk(false, false), chunk(true, false), chunk(true, true)}, Completed, "", 3, ""},
-		"single chunk, no flags":   {[]string{chunk(false, false)}, Completed, "", 1, ""},
-		"never finished":           {[]string{chunk(false, false), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunks_incomplete"},
-		"first chunk missing":      {[]string{chunk(true, false), chunk(true, true)}, Failed, ReasonArtifactRejected, 0, "chunk_without_start"},
-		"a chunk after the last":   {[]string{chunk(false, true), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunk_after_last"},
+		"in order, finished":     {[]string{chunk(false, false), chunk(true, false), chunk(true, true)}, Completed, "", 3, ""},
+		"single chunk, no flags": {[]string{chunk(false, false)}, Completed, "", 1, ""},
+		"never finished":         {[]string{chunk(false, false), chunk(true, false)}, Failed, ReasonArtifactRejected, 0, "chunks_incomplete"},
+		"first chunk missing":    {[]string{chunk(true, false), chunk(true, true)}, Failed, ReasonArtifactRejected, 0, "chunk_without_start"},
+		// A chunk after the last is refused (see TestSealedArtifact): the
+		// sealed artifact stands.
+		"a chunk after the last":   {[]string{chunk(false, true), chunk(true, false)}, Completed, "", 1, ""},
 		"restarted whole, then ok": {[]string{chunk(false, false), chunk(true, false), chunk(false, true)}, Completed, "", 1, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -430,18 +446,111 @@ func TestChunkedArtifacts(t *testing.T) {
 	}
 }
 
-// One task may not accumulate more than MaxPendingParts parts.
+// One task may not accumulate more than MaxPendingParts parts, over all
+// its artifacts, each within the per-artifact max_parts.
 func TestTooManyPartsFailTheTask(t *testing.T) {
 	tr := newTracker(t)
 	create(t, tr, "t1")
 	subj := "a2a.events.fraud-review.t1"
 	_ = apply(t, tr, subj, "0", working)
-	_ = apply(t, tr, subj, "1", chunk(false, false))
-	for i := range MaxPendingParts {
-		_ = apply(t, tr, subj, fmt.Sprint("c", i), chunk(true, false))
+	parts := strings.Repeat(`{"data":{}},`, artifact.DefaultMaxParts-1) + `{"data":{}}`
+	for i := range MaxPendingParts/artifact.DefaultMaxParts + 1 {
+		_ = apply(t, tr, subj, fmt.Sprint("a", i), fmt.Sprintf(`{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"a%d","parts":[%s]}}}`, i, parts))
 	}
 	if r := get(t, tr, "t1"); r.State != Failed || r.Reason != ReasonArtifactTooLarge || len(r.Pending) != 0 {
 		t.Fatalf("state %s reason %q pending %d, want failed %s", r.State, r.Reason, len(r.Pending), ReasonArtifactTooLarge)
+	}
+}
+
+// An endless chunk stream is cut at the chunk that takes its artifact past
+// the policy's max_parts or max_artifact_bytes, not at the task's limits,
+// with a reason that names the artifact and the limit.
+func TestChunkStreamCutAtArtifactLimit(t *testing.T) {
+	bigChunk := func(n int) string {
+		return fmt.Sprintf(`{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"data":{"pad":"%s"}}]},"append":%v}}`,
+			strings.Repeat("x", 10<<10), n > 0)
+	}
+	for _, tc := range []struct {
+		name   string
+		policy artifact.Policy
+		chunk  func(n int) string
+		cutAt  int // the chunk (0 is the first) the task fails at
+		reason string
+	}{
+		{"max_parts default", artifact.Policy{}, func(n int) string { return chunk(n > 0, false) }, artifact.DefaultMaxParts,
+			"artifact_too_large: artifact ra passed max_parts (16 parts)"},
+		{"max_parts set", artifact.Policy{MaxParts: 3}, func(n int) string { return chunk(n > 0, false) }, 3,
+			"artifact_too_large: artifact ra passed max_parts (3 parts)"},
+		{"max_artifact_bytes", artifact.Policy{MaxArtifactBytes: 32 << 10}, bigChunk, 3,
+			"artifact_too_large: artifact ra passed max_artifact_bytes (32768 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker(t)
+			tr.Policies = map[string]artifact.Policy{"fraud-review": tc.policy}
+			create(t, tr, "t1")
+			subj := "a2a.events.fraud-review.t1"
+			_ = apply(t, tr, subj, "w", working)
+			for n := 0; n < tc.cutAt; n++ {
+				_ = apply(t, tr, subj, fmt.Sprint("c", n), tc.chunk(n))
+				if r := get(t, tr, "t1"); r.State != Working {
+					t.Fatalf("after chunk %d: state %s reason %q, want working until chunk %d", n, r.State, r.Reason, tc.cutAt)
+				}
+			}
+			_ = apply(t, tr, subj, fmt.Sprint("c", tc.cutAt), tc.chunk(tc.cutAt))
+			r := get(t, tr, "t1")
+			if r.State != Failed || r.Reason != tc.reason || len(r.Pending) != 0 {
+				t.Fatalf("at chunk %d: state %s reason %q pending %d, want failed %q", tc.cutAt, r.State, r.Reason, len(r.Pending), tc.reason)
+			}
+		})
+	}
+}
+
+// An artifact sealed by lastChunk cannot change: a later update of it,
+// appended or whole, is refused and recorded, and the content it was sealed
+// with is what reaches the host. A final Task repeating it unchanged is no
+// change.
+func TestSealedArtifact(t *testing.T) {
+	replaced := `{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"ra","parts":[{"data":{"case_id":"C-2","risk_level":"high","score":0.9,"reasons":["swapped"],"policy_version":"p1"}}]}}}`
+	sealed := `{"artifactId":"ra","parts":[{"data":{"case_id":"C-1","risk_level":"low","score":0.1,"reasons":["none"],"policy_version":"p1"}}]}`
+	finalTask := `{"task":{"id":"a1","status":{"state":"TASK_STATE_COMPLETED"},"artifacts":[` + sealed + `]}}`
+	for _, tc := range []struct {
+		name    string
+		later   string
+		refusal string // "" for none
+	}{
+		{"whole replacement", replaced, "refused at /artifactUpdate/artifact: artifact ra was sealed by its lastChunk; the content it was sealed with stands"},
+		{"appended chunk", chunk(true, true), "refused at /artifactUpdate/artifact: artifact ra was sealed by its lastChunk; the content it was sealed with stands"},
+		{"final task, changed", strings.Replace(finalTask, `"C-1"`, `"C-9"`, 1), "refused at /task/artifacts/0: artifact ra was sealed by its lastChunk; the content it was sealed with stands"},
+		{"final task, unchanged", finalTask, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker(t)
+			create(t, tr, "t1")
+			subj := "a2a.events.fraud-review.t1"
+			_ = apply(t, tr, subj, "1", working)
+			_ = apply(t, tr, subj, "2", chunk(false, true))
+			_ = apply(t, tr, subj, "3", tc.later)
+			_ = apply(t, tr, subj, "4", completed)
+			r := get(t, tr, "t1")
+			if r.State != Completed || len(r.Artifacts) != 1 {
+				t.Fatalf("state %s reason %q artifacts %d, want completed with the sealed artifact", r.State, r.Reason, len(r.Artifacts))
+			}
+			if got := string(r.Artifacts[0].Parts[0].Data); !strings.Contains(got, `"C-1"`) || len(r.Artifacts[0].Parts) != 1 {
+				t.Fatalf("host gets %s (%d parts), want the sealed content", got, len(r.Artifacts[0].Parts))
+			}
+			var refusals []string
+			for _, h := range r.History {
+				if h.Refused {
+					refusals = append(refusals, h.Reason)
+				}
+			}
+			switch {
+			case tc.refusal == "" && len(refusals) != 0:
+				t.Fatalf("refusals %q, want none", refusals)
+			case tc.refusal != "" && (len(refusals) != 1 || refusals[0] != tc.refusal):
+				t.Fatalf("refusals %q, want [%q]", refusals, tc.refusal)
+			}
+		})
 	}
 }
 

@@ -27,7 +27,8 @@
 // at each reconnection, so renewed ones are used without a restart.
 //
 // Misbehaviour modes (for testing a2ad): invalid-artifact, silent,
-// illegal-transition. Logs go to stderr. It reconnects to NATS forever and
+// illegal-transition, slow, auth-required, replace-after-last,
+// endless-chunks. Logs go to stderr. It reconnects to NATS forever and
 // stops on SIGINT or SIGTERM.
 package main
 
@@ -73,7 +74,7 @@ func run(args []string, log *slog.Logger) error {
 	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
-	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required); repeatable", func(s string) error {
+	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks); repeatable", func(s string) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})

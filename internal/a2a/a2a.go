@@ -9,10 +9,13 @@ package a2a
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -120,7 +123,7 @@ func TextPart(s string) Part { return Part{Text: &s} }
 func DataPart(v json.RawMessage) Part { return Part{Data: v, MediaType: "application/json"} }
 
 // validate checks that exactly one content field is set.
-func (p Part) validate() error {
+func (p Part) validate(ptr string) error {
 	n := 0
 	for _, set := range []bool{p.Text != nil, p.Raw != nil, p.URL != nil, p.Data != nil} {
 		if set {
@@ -128,7 +131,7 @@ func (p Part) validate() error {
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a part must carry exactly one of text, raw, url, data (has %d)", ErrDecode, n)
+		return decodeErr(ptr, fmt.Sprintf("a part must carry exactly one of text, raw, url, data (has %d)", n))
 	}
 	return nil
 }
@@ -162,15 +165,15 @@ func (m *Message) Text() string {
 	return b.String()
 }
 
-func (m *Message) validate() error {
+func (m *Message) validate(ptr string) error {
 	if m.MessageID == "" {
-		return fmt.Errorf("%w: message without messageId", ErrDecode)
+		return decodeErr(ptr+"/messageId", "message without messageId")
 	}
 	if m.Role == "" {
-		return fmt.Errorf("%w: message without role", ErrDecode)
+		return decodeErr(ptr+"/role", "message without role")
 	}
-	for _, p := range m.Parts {
-		if err := p.validate(); err != nil {
+	for i, p := range m.Parts {
+		if err := p.validate(ptr + "/parts/" + strconv.Itoa(i)); err != nil {
 			return err
 		}
 	}
@@ -195,15 +198,15 @@ type Artifact struct {
 	Extensions  []string        `json:"extensions,omitempty"`
 }
 
-func (a *Artifact) validate() error {
+func (a *Artifact) validate(ptr string) error {
 	if a.ArtifactID == "" {
-		return fmt.Errorf("%w: artifact without artifactId", ErrDecode)
+		return decodeErr(ptr+"/artifactId", "artifact without artifactId")
 	}
 	if len(a.Parts) == 0 {
-		return fmt.Errorf("%w: an artifact has no parts", ErrDecode)
+		return decodeErr(ptr+"/parts", "an artifact has no parts")
 	}
-	for _, p := range a.Parts {
-		if err := p.validate(); err != nil {
+	for i, p := range a.Parts {
+		if err := p.validate(ptr + "/parts/" + strconv.Itoa(i)); err != nil {
 			return err
 		}
 	}
@@ -220,20 +223,20 @@ type Task struct {
 	Metadata  json.RawMessage `json:"metadata,omitempty"`
 }
 
-func (t *Task) validate() error {
+func (t *Task) validate(ptr string) error {
 	if t.ID == "" {
-		return fmt.Errorf("%w: task without id", ErrDecode)
+		return decodeErr(ptr+"/id", "task without id")
 	}
 	if t.Status.State == "" {
-		return fmt.Errorf("%w: task without status.state", ErrDecode)
+		return decodeErr(ptr+"/status/state", "task without status.state")
 	}
 	if t.Status.Message != nil {
-		if err := t.Status.Message.validate(); err != nil {
+		if err := t.Status.Message.validate(ptr + "/status/message"); err != nil {
 			return err
 		}
 	}
 	for i := range t.Artifacts {
-		if err := t.Artifacts[i].validate(); err != nil {
+		if err := t.Artifacts[i].validate(ptr + "/artifacts/" + strconv.Itoa(i)); err != nil {
 			return err
 		}
 	}
@@ -274,29 +277,32 @@ type StreamResponse struct {
 func DecodeStreamResponse(b []byte) (*StreamResponse, error) {
 	var s StreamResponse
 	if err := strictUnmarshal(b, &s); err != nil {
-		return nil, err
+		return nil, located(err, b, reflect.TypeFor[StreamResponse](), "")
 	}
 	n := 0
 	if s.Task != nil {
 		n++
-		if err := s.Task.validate(); err != nil {
+		if err := s.Task.validate("/task"); err != nil {
 			return nil, err
 		}
 	}
 	if s.Message != nil {
 		n++
-		if err := s.Message.validate(); err != nil {
+		if err := s.Message.validate("/message"); err != nil {
 			return nil, err
 		}
 	}
 	if s.StatusUpdate != nil {
 		n++
 		u := s.StatusUpdate
-		if u.TaskID == "" || u.Status.State == "" {
-			return nil, fmt.Errorf("%w: statusUpdate needs taskId and status.state", ErrDecode)
+		switch {
+		case u.TaskID == "":
+			return nil, decodeErr("/statusUpdate/taskId", "statusUpdate needs taskId and status.state")
+		case u.Status.State == "":
+			return nil, decodeErr("/statusUpdate/status/state", "statusUpdate needs taskId and status.state")
 		}
 		if u.Status.Message != nil {
-			if err := u.Status.Message.validate(); err != nil {
+			if err := u.Status.Message.validate("/statusUpdate/status/message"); err != nil {
 				return nil, err
 			}
 		}
@@ -304,9 +310,9 @@ func DecodeStreamResponse(b []byte) (*StreamResponse, error) {
 	if s.ArtifactUpdate != nil {
 		n++
 		if s.ArtifactUpdate.TaskID == "" {
-			return nil, fmt.Errorf("%w: artifactUpdate needs taskId", ErrDecode)
+			return nil, decodeErr("/artifactUpdate/taskId", "artifactUpdate needs taskId")
 		}
-		if err := s.ArtifactUpdate.Artifact.validate(); err != nil {
+		if err := s.ArtifactUpdate.Artifact.validate("/artifactUpdate/artifact"); err != nil {
 			return nil, err
 		}
 	}
@@ -357,10 +363,10 @@ func DecodeSendMessageResponse(b []byte) (*SendMessageResponse, error) {
 		return nil, fmt.Errorf("%w: SendMessage result carries exactly one of task, message", ErrDecode)
 	}
 	if r.Task != nil {
-		if err := r.Task.validate(); err != nil {
+		if err := r.Task.validate("/task"); err != nil {
 			return nil, err
 		}
-	} else if err := r.Message.validate(); err != nil {
+	} else if err := r.Message.validate("/message"); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -372,7 +378,7 @@ func DecodeTask(b []byte) (*Task, error) {
 	if err := strictUnmarshal(b, &t); err != nil {
 		return nil, err
 	}
-	if err := t.validate(); err != nil {
+	if err := t.validate(""); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -384,7 +390,10 @@ func DecodeTask(b []byte) (*Task, error) {
 func describeJSONError(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var be base64.CorruptInputError
 	switch {
+	case errors.As(err, &be):
+		return "a member is not valid base64"
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
 	case errors.As(err, &te):

@@ -2,6 +2,8 @@ package a2a
 
 import (
 	"errors"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -58,6 +60,10 @@ func FuzzDecodeStreamResponse(f *testing.F) {
 			if !errors.Is(err, ErrDecode) {
 				t.Fatalf("untyped error %v", err)
 			}
+			var de *DecodeError
+			if errors.As(err, &de) && !pointerOfA2ANames(de.Pointer) {
+				t.Fatalf("pointer %q has a token that is not an A2A member name or an index", de.Pointer)
+			}
 			return
 		}
 		n := 0
@@ -95,5 +101,69 @@ func TestErrorsNeverQuoteAgentText(t *testing.T) {
 	_, err := DecodeResponse([]byte(`{"jsonrpc":"2.0","id":"1","result":{"task":{"id":"t","status":{"state":"TASK_STATE_WORKING"},"` + evil + `":1}}}`))
 	if err != nil && strings.Contains(err.Error(), "IGNORE") {
 		t.Errorf("DecodeResponse: %v", err)
+	}
+}
+
+// pointerOfA2ANames reports whether every token of ptr is a member name of
+// the A2A types this package decodes, or an array index.
+func pointerOfA2ANames(ptr string) bool {
+	if ptr == "" {
+		return true
+	}
+	if !strings.HasPrefix(ptr, "/") {
+		return false
+	}
+	names := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || names["type:"+t.String()] {
+			return
+		}
+		names["type:"+t.String()] = true
+		for name, ft := range jsonFields(t) {
+			names[name] = true
+			walk(ft)
+		}
+	}
+	walk(reflect.TypeFor[StreamResponse]())
+	for tok := range strings.SplitSeq(ptr[1:], "/") {
+		if _, err := strconv.Atoi(tok); err != nil && !names[tok] {
+			return false
+		}
+	}
+	return true
+}
+
+// A refused stream item names the member at fault by its JSON pointer,
+// built from A2A's member names and indexes only.
+func TestDecodeErrorPointer(t *testing.T) {
+	for _, tc := range []struct{ body, pointer, reason string }{
+		{`{"statusUpdate":{"taskId":"a","status":{"state":"working"}}}`, "/statusUpdate/status/state", "unknown task state (A2A 1.0 spells states TASK_STATE_*)"},
+		{`{"statusUpdate":{"taskId":"a","status":{}}}`, "/statusUpdate/status/state", "statusUpdate needs taskId and status.state"},
+		{`{"statusUpdate":{"status":{"state":"TASK_STATE_WORKING"}}}`, "/statusUpdate/taskId", "statusUpdate needs taskId and status.state"},
+		{`{"STATUSUPDATE":{"taskId":"a","status":{"state":"TASK_STATE_WORKING","message":{"messageId":"m","role":"agent","parts":[]}}}}`,
+			"/statusUpdate/status/message/role", "unknown role (A2A 1.0 spells roles ROLE_*)"},
+		{`{"artifactUpdate":{"taskId":"a","artifact":{"artifactId":"x","parts":[{"data":{}},{"raw":"!!"}]}}}`, "/artifactUpdate/artifact/parts/1/raw", "a member is not valid base64"},
+		{`{"artifactUpdate":{"taskId":"a","artifact":{"artifactId":"x","parts":[{"text":7}]}}}`, "/artifactUpdate/artifact/parts/0/text", "a member has the wrong JSON type"},
+		{`{"artifactUpdate":{"taskId":"a","artifact":{"artifactId":"x","parts":[{"data":{}},{"text":"a","url":"b"}]}}}`,
+			"/artifactUpdate/artifact/parts/1", "a part must carry exactly one of text, raw, url, data (has 2)"},
+		{`{"artifactUpdate":{"taskId":"a","artifact":{"artifactId":"x","parts":[]}}}`, "/artifactUpdate/artifact/parts", "an artifact has no parts"},
+		{`{"task":{"id":"t","status":{"state":"TASK_STATE_WORKING"},"artifacts":[{"artifactId":"","parts":[{"data":{}}]}]}}`,
+			"/task/artifacts/0/artifactId", "artifact without artifactId"},
+		{`{"task":{"id":"t","status":{"state":"TASK_STATE_WORKING","note":"x"}}}`, "/task/status", "an unknown member (A2A 1.0 objects are closed)"},
+		{`{"nope":1}`, "", "an unknown member (A2A 1.0 objects are closed)"},
+	} {
+		_, err := DecodeStreamResponse([]byte(tc.body))
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Pointer != tc.pointer || de.Reason != tc.reason || !errors.Is(err, ErrDecode) {
+			t.Errorf("%s: %v (%#v), want DecodeError at %q: %q", tc.body, err, de, tc.pointer, tc.reason)
+			continue
+		}
+		if want := "a2a: malformed payload: " + tc.reason + " (at " + tc.pointer + ")"; tc.pointer != "" && err.Error() != want {
+			t.Errorf("Error() = %q, want %q", err.Error(), want)
+		}
 	}
 }

@@ -29,7 +29,18 @@ const (
 	// ModeAuthRequired reports TASK_STATE_AUTH_REQUIRED with a sign-in
 	// message for 1 s (as if the user authorized out of band), then goes on.
 	ModeAuthRequired = "auth-required"
+	// ModeReplaceAfterLast sends its artifact with lastChunk, then the same
+	// artifactId again, whole, with a different (still valid) assessment —
+	// risk_level "low", score 0 — then completes.
+	ModeReplaceAfterLast = "replace-after-last"
+	// ModeEndlessChunks sends its artifact as a first chunk, then appends
+	// [EndlessChunks] more chunks of it without ever saying lastChunk, then
+	// completes.
+	ModeEndlessChunks = "endless-chunks"
 )
+
+// EndlessChunks is how many chunks [ModeEndlessChunks] appends.
+const EndlessChunks = 100
 
 // ParseMisbehave parses misbehaviour specs of the form "<mode>:<caseId>";
 // each spec may hold several, comma-separated. It returns caseId -> mode.
@@ -49,8 +60,9 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 				return nil, fmt.Errorf("refagent: misbehave %q: want <mode>:<caseId>", item)
 			}
 			if !knownMode(mode) {
-				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s or %s)",
-					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow, ModeAuthRequired)
+				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s, %s, %s or %s)",
+					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow, ModeAuthRequired,
+					ModeReplaceAfterLast, ModeEndlessChunks)
 			}
 			if prev, dup := out[caseID]; dup && prev != mode {
 				return nil, fmt.Errorf("refagent: misbehave: case %q given two modes, %q and %q", caseID, prev, mode)
@@ -62,7 +74,8 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 }
 
 func knownMode(m string) bool {
-	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow || m == ModeAuthRequired
+	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow || m == ModeAuthRequired ||
+		m == ModeReplaceAfterLast || m == ModeEndlessChunks
 }
 
 // evidence is the part of a brief's evidence the fraud-review skill reads.

@@ -81,6 +81,8 @@ func TestParseMisbehave(t *testing.T) {
 		{"repeated and comma-separated", []string{"invalid-artifact:C-13, silent:C-99", "illegal-transition:C-66"},
 			map[string]string{"C-13": ModeInvalidArtifact, "C-99": ModeSilent, "C-66": ModeIllegalTransition}, true},
 		{"same pair twice", []string{"silent:C-1", "silent:C-1"}, map[string]string{"C-1": ModeSilent}, true},
+		{"artifact sequence modes", []string{"replace-after-last:C-1,endless-chunks:C-2"},
+			map[string]string{"C-1": ModeReplaceAfterLast, "C-2": ModeEndlessChunks}, true},
 		{"unknown mode", []string{"crash:C-1"}, nil, false},
 		{"no case", []string{"silent:"}, nil, false},
 		{"no colon", []string{"silent"}, nil, false},

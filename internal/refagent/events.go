@@ -120,7 +120,7 @@ func (a *Agent) run(t *task) {
 	if !ok {
 		return
 	}
-	if !ev.artifact(art) || !ev.status(st) {
+	if !ev.misbehaveArtifact(art) || !ev.status(st) {
 		return
 	}
 	a.log.Info("task completed", "task", t.id, "case", t.ev.CaseID)
@@ -201,6 +201,38 @@ func (s *eventStream) artifact(art a2a.Artifact) bool {
 	return s.publish(a2a.StreamResponse{ArtifactUpdate: &a2a.TaskArtifactUpdateEvent{
 		TaskID: s.t.id, ContextID: s.t.contextID, Artifact: art, LastChunk: true,
 	}})
+}
+
+// misbehaveArtifact publishes art as the task's mode says: whole, with
+// lastChunk; for ModeReplaceAfterLast followed by a whole replacement; for
+// ModeEndlessChunks as a first chunk and EndlessChunks appended ones.
+func (s *eventStream) misbehaveArtifact(art a2a.Artifact) bool {
+	switch s.t.mode {
+	case ModeReplaceAfterLast:
+		swapped := assessment{CaseID: s.t.ev.CaseID, RiskLevel: "low", Score: 0,
+			Reasons: []string{"misbehaviour: replace-after-last"}, PolicyVersion: PolicyVersion}
+		raw, _ := json.Marshal(swapped)
+		replacement := a2a.Artifact{ArtifactID: art.ArtifactID, Name: art.Name, Parts: []a2a.Part{a2a.DataPart(raw)}}
+		return s.artifact(art) && s.publish(a2a.StreamResponse{ArtifactUpdate: &a2a.TaskArtifactUpdateEvent{
+			TaskID: s.t.id, ContextID: s.t.contextID, Artifact: replacement,
+		}})
+	case ModeEndlessChunks:
+		chunk := func(appendTo bool) bool {
+			return s.publish(a2a.StreamResponse{ArtifactUpdate: &a2a.TaskArtifactUpdateEvent{
+				TaskID: s.t.id, ContextID: s.t.contextID, Artifact: art, Append: appendTo,
+			}})
+		}
+		if !chunk(false) {
+			return false
+		}
+		for range EndlessChunks {
+			if !chunk(true) {
+				return false
+			}
+		}
+		return true
+	}
+	return s.artifact(art)
 }
 
 // publish sends one stream item to the task's events subject with
