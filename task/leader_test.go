@@ -9,6 +9,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // apiTrace records every JetStream API request on the server (a plain
@@ -125,12 +126,26 @@ func TestLeaderGetReadsTheStoredRecord(t *testing.T) {
 // make a host give up on a task that may exist.
 func TestNoLeaderIsNotNotFound(t *testing.T) {
 	c, stores := clusterStores(t)
-	s := stores[0]
-	s.RetryFor = 2 * time.Second
 	ctx := context.Background()
-	c.Kill(1)
-	c.Kill(2)
-	_, _, err := s.Get(ctx, "unknown-while-leaderless")
+	// Kill the bucket stream's leader and one other node: the survivor, a
+	// follower, cannot become leader alone. (Killing two followers instead
+	// leaves a leader that answers, truthfully, until it notices that it
+	// lost its quorum and steps down some seconds later: that made this
+	// test fail 2 runs in 4 on a loaded machine.)
+	info, err := stores[0].kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Index(info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader)
+	if leader < 0 {
+		t.Fatalf("no stream leader among the nodes: %+v", info.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster)
+	}
+	survivor := (leader + 1) % c.N()
+	c.Kill(leader)
+	c.Kill((leader + 2) % c.N())
+	s := stores[survivor]
+	s.RetryFor = 2 * time.Second
+	_, _, err = s.Get(ctx, "unknown-while-leaderless")
 	if errors.Is(err, ErrNotFound) || !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("Get without a stream leader: %v, want ErrNoLeader and not ErrNotFound", err)
 	}
