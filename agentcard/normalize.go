@@ -11,7 +11,9 @@ import (
 )
 
 // Normalize returns a card in the A2A 1.0 shape. A 1.0 card comes back
-// unchanged. A card in the 0.3 shape, still widely served (top-level url,
+// unchanged, and so does any card with a supportedInterfaces member, which
+// only 1.0 defines: it is read as 1.0 whatever 0.3 fields it also carries
+// (they are kept, and [Check] notes them). A card in the 0.3 shape, still widely served (top-level url,
 // preferredTransport, additionalInterfaces, protocolVersion), is rewritten:
 //
 //   - url, preferredTransport (default JSONRPC) and protocolVersion (default
@@ -61,11 +63,11 @@ func Normalize(raw []byte) ([]byte, error) {
 			legacy = true
 		}
 	}
-	if !legacy {
+	if _, v1 := m["supportedInterfaces"]; !legacy || v1 {
+		// A card with supportedInterfaces is read as 1.0 whatever else it
+		// carries (@a2a-js/sdk 1.3 serves 0.3 fields beside it): its 0.3
+		// members are left in place, for Check to note.
 		return raw, nil
-	}
-	if _, ok := m["supportedInterfaces"]; ok {
-		return nil, invalid("/supportedInterfaces", "a card mixes 1.0 supportedInterfaces with 0.3 fields (url, preferredTransport, additionalInterfaces, protocolVersion)")
 	}
 	if _, err := jcs.Transform(raw); err != nil {
 		return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)

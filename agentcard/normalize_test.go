@@ -157,7 +157,6 @@ func TestNormalizeRefusals(t *testing.T) {
 	scheme := func(s string) string { return `{` + url + `,"securitySchemes":{"k":` + s + `}}` }
 	flows := func(f string) string { return scheme(`{"type":"oauth2","flows":` + f + `}`) }
 	for _, c := range []struct{ card, ptr, reason string }{
-		{`{"url":"https://a.example/a2a","supportedInterfaces":[]}`, "/supportedInterfaces", ""},
 		{`{"url":7}`, "/url", ""},
 		{`{"protocolVersion":"0.3.0"}`, "/url", ""},
 		{`{"url":"https://a.example/a2a","additionalInterfaces":[{"url":"https://b.example"}]}`, "/additionalInterfaces/0", ""},
