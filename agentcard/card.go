@@ -97,8 +97,8 @@ type Provider struct {
 // JSON pointer to the member at fault ("" for the whole card); Reason says
 // what is wrong with it, for example "required" or "unknown field".
 type ValidationError struct {
-	Pointer string
-	Reason  string
+	Pointer string `json:"pointer"`
+	Reason  string `json:"reason"`
 }
 
 // Error returns "agentcard: <pointer>: <reason>", or "agentcard: <reason>"
@@ -180,7 +180,7 @@ func parse(raw []byte) (*Card, []Note, string, error) {
 }
 
 // Validate checks the rules of A2A 1.0 §4.4.1 and a2ad's caps, and returns
-// every fault at once, in document order, as a *[CardError]:
+// every fault at once, in a2a.proto field order, as a *[CardError]:
 //
 //   - required and non-empty: name, description, version,
 //     supportedInterfaces (each with url, protocolBinding, protocolVersion),

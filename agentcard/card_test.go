@@ -159,7 +159,6 @@ func TestParseRefuses(t *testing.T) {
 		{"interface url with credentials", set("url", "https://user:secret@agent.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "must not carry user info"},
 		{"unparsable url", set("url", "https://agent.example/%zz", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "not a valid URL"},
 
-
 		{"name not a string", set("name", 5), "/name", "must be a string"},
 		{"tags not an array", set("tags", "fraud", "skills", 0), "/skills/0/tags", "must be an array"},
 		{"tag not a string", set("tags", []any{"fraud", 7}, "skills", 0), "/skills/0/tags/1", "must be a string"},

@@ -34,8 +34,11 @@ type Note struct {
 }
 
 // CardError refuses a card for every fault it has at once (at most
-// [MaxFaults]), in document order: each a *[ValidationError] with its JSON
-// pointer. errors.As with a *ValidationError finds the first.
+// [MaxFaults]): first the members of the wrong JSON type, in document order,
+// then what [Card.Validate] refuses, in a2a.proto field order; each a
+// *[ValidationError] with its JSON pointer. A member below one already at
+// fault is not reported again. errors.As with a *ValidationError finds the
+// first.
 type CardError struct {
 	Faults []*ValidationError
 }
@@ -65,6 +68,7 @@ func (e *CardError) Unwrap() []error {
 // checker collects the faults and notes of one card.
 type checker struct {
 	faults      []*ValidationError
+	faulted     map[string]bool // every pointer at fault, beyond MaxFaults too
 	moreFaults  int
 	notes       []Note
 	moreNotes   int
@@ -74,11 +78,18 @@ type checker struct {
 // fault records a fault at ptr, unless one is recorded at ptr or above it
 // already (a member of the wrong type is not also "required").
 func (k *checker) fault(ptr, format string, args ...any) {
-	for _, f := range k.faults {
-		if f.Pointer == ptr || strings.HasPrefix(ptr, f.Pointer+"/") || f.Pointer == "" {
+	if k.faulted[""] || k.faulted[ptr] {
+		return
+	}
+	for i := 1; i < len(ptr); i++ {
+		if ptr[i] == '/' && k.faulted[ptr[:i]] {
 			return
 		}
 	}
+	if k.faulted == nil {
+		k.faulted = map[string]bool{}
+	}
+	k.faulted[ptr] = true
 	if len(k.faults) == MaxFaults {
 		k.moreFaults++
 		return
