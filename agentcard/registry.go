@@ -913,3 +913,28 @@ func (r *Registry) startWatch() {
 		}
 	}()
 }
+
+// HostCard is the card of rec that hosts may see, with its fingerprint and
+// the warnings of its text: while the agent is quarantined, the card last
+// approved, never the one it presents now, which no operator has approved
+// (nil, with the approved fingerprint, when a2ad does not know the approved
+// card: it was approved by configuration and never registered); otherwise
+// rec.Card. A card that no longer parses is nil too.
+func HostCard(rec *Record) (*Card, string, []Warning) {
+	raw, fp := rec.Card, rec.Fingerprint
+	approved := rec.Status == StatusQuarantined && rec.Fingerprint != rec.ApprovedFingerprint
+	if approved {
+		raw, fp = rec.ApprovedCard, rec.ApprovedFingerprint
+	}
+	if len(raw) == 0 {
+		return nil, fp, nil
+	}
+	c, _, err := inspect(raw)
+	if err != nil {
+		return nil, fp, nil
+	}
+	if approved {
+		return c, fp, InjectionWarnings(c)
+	}
+	return c, fp, slices.Clone(rec.Warnings)
+}
