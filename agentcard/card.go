@@ -329,3 +329,12 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// DelegationFault says why a2ad could not delegate to the card's agent,
+// registered as agentID, over its interfaces, or "" when it could: the card
+// needs a [NATSInterface], and no interface of the NATS binding may name
+// another agent (docs/nats-binding.md §3.3). It is the card's part of
+// [Record].NotDelegableReason.
+func DelegationFault(agentID string, c *Card) string {
+	return natsFault(agentID, c.SupportedInterfaces)
+}
