@@ -5,9 +5,12 @@
 //
 // Source: A2A specification 1.0 (a2aproject/A2A, docs/specification.md §4.4
 // "Agent discovery objects" and specification/a2a.proto AgentCard). Cards are
-// read in their ProtoJSON (camelCase) shape; [Parse] refuses the 0.3 shape
-// (top-level url, preferredTransport, additionalInterfaces), which
-// [Normalize] rewrites to 1.0.
+// read in their ProtoJSON (camelCase) shape; [Normalize] rewrites the 0.3
+// shape (top-level url, preferredTransport, additionalInterfaces) to 1.0,
+// unless the card has supportedInterfaces, which makes it 1.0 whatever else
+// it carries. A card is refused only for what makes it unsafe or unusable,
+// with every fault at once ([CardError]); what a2ad does not know or cannot
+// use is a [Note], and stays in the stored, fingerprinted card ([Check]).
 package agentcard
 
 import (

@@ -17,21 +17,6 @@ import (
 // field decodes one non-null member whose pointer is ptr.
 type field func(ptr string, raw json.RawMessage) error
 
-// decodeCard decodes raw, which must already be valid JSON, into a Card,
-// collecting its faults (see [Parse]); it reports whether the capabilities
-// member was present and not null, which the Card itself cannot show.
-func decodeCard(raw []byte) (*Card, bool, error) {
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return nil, false, invalid("", "card must be a JSON object")
-	}
-	k := &checker{}
-	c := k.decodeCard(raw)
-	if err := k.err(); err != nil {
-		return nil, false, err
-	}
-	return c, k.capsPresent, nil
-}
-
 // decodeObject walks the members of the object raw in document order. A
 // member not in fields is refused; a null member is skipped (ProtoJSON reads
 // null as the field's default).

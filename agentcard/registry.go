@@ -268,7 +268,8 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 // Register records the card an agent presents, raw being the exact bytes it
 // sent, and returns the resulting record. agentID must satisfy
 // natsbind.ValidToken (else an error wrapping natsbind.ErrBadSubject); raw
-// must [Normalize] and [Parse] (else its *[ValidationError]); with
+// must [Normalize] and [Parse] (else its *[ValidationError] or
+// *[CardError], naming every fault); with
 // require_signature, one of its signatures must verify with the pinned keys
 // (else an error wrapping [ErrSignature]), over the card as received, or,
 // for a 0.3 card, over its 1.0 form. A refused card of a configured agent
