@@ -314,6 +314,16 @@ const (
 var securitySchemeTypes = []string{"apiKeySecurityScheme", "httpAuthSecurityScheme", "oauth2SecurityScheme",
 	"openIdConnectSecurityScheme", "mtlsSecurityScheme"}
 
+// schemeMembers are the members of each SecurityScheme kind (a2a.proto
+// APIKeySecurityScheme and the others).
+var schemeMembers = map[string][]string{
+	"apiKeySecurityScheme":        {"description", "location", "name"},
+	"httpAuthSecurityScheme":      {"description", "scheme", "bearerFormat"},
+	"oauth2SecurityScheme":        {"description", "flows", "oauth2MetadataUrl"},
+	"openIdConnectSecurityScheme": {"description", "openIdConnectUrl"},
+	"mtlsSecurityScheme":          {"description"},
+}
+
 // check applies the rules of A2A 1.0 §4.4.1 and a2ad's caps to a decoded
 // card: see [Card.Validate].
 func (c *Card) check(k *checker) {
@@ -464,9 +474,15 @@ func (k *checker) scheme(ptr string, raw json.RawMessage) {
 			continue
 		}
 		kinds = append(kinds, name)
-		if !isNull(members[name]) && !isObject(members[name]) {
-			k.fault(ptr+"/"+name, "must be an object")
+		if isNull(members[name]) {
+			continue
 		}
+		// The scheme's own members are opaque to a2ad; others are noted.
+		fields := map[string]cfield{}
+		for _, m := range schemeMembers[name] {
+			fields[m] = func(*checker, string, json.RawMessage) {}
+		}
+		k.object(ptr+"/"+name, members[name], fields)
 	}
 	switch {
 	case len(kinds) > 1:

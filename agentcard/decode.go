@@ -21,6 +21,12 @@ type field func(ptr string, raw json.RawMessage) error
 // member not in fields is refused; a null member is skipped (ProtoJSON reads
 // null as the field's default).
 func decodeObject(ptr string, raw json.RawMessage, fields map[string]field) error {
+	return decodeObjectKeep(ptr, raw, nil, fields)
+}
+
+// decodeObjectKeep is decodeObject that keeps the members not in fields in
+// *kept instead of refusing them, unless kept is nil.
+func decodeObjectKeep(ptr string, raw json.RawMessage, kept *map[string]json.RawMessage, fields map[string]field) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return invalid(ptr, "must be an object")
@@ -37,6 +43,13 @@ func decodeObject(ptr string, raw json.RawMessage, fields map[string]field) erro
 		}
 		p := ptr + "/" + escapePointer(name)
 		f, ok := fields[name]
+		if !ok && kept != nil {
+			if *kept == nil {
+				*kept = map[string]json.RawMessage{}
+			}
+			(*kept)[name] = v
+			continue
+		}
 		if !ok {
 			return invalid(p, "unknown field")
 		}
