@@ -48,12 +48,15 @@ func (r *Refresh) Next(res *Fetched, err error, now time.Time) (wait time.Durati
 		r.ETag, r.refused, r.failures, r.reason = res.ETag, false, 0, ""
 		return max(next, MinRefresh), false
 	case err != nil:
-		if reason, ok := RefusalReason(err); ok && reason != r.reason {
+		reason, refusal := RefusalReason(err)
+		if refusal && reason != r.reason {
 			r.reason, news = reason, true
 		}
 		var fe *FetchError
-		if res != nil && !res.NotModified && !errors.As(err, &fe) {
-			// The card itself was refused: revalidate it from now on.
+		if refusal && res != nil && !res.NotModified && !errors.As(err, &fe) {
+			// The card itself was refused: revalidate it from now on. (An
+			// error that refuses no card, a store that failed, keeps the
+			// ETag as it was, so that the card comes again.)
 			r.ETag, r.refused = res.ETag, true
 		}
 	}

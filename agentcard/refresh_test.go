@@ -2,6 +2,7 @@ package agentcard
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -20,6 +21,7 @@ func TestRefreshSchedule(t *testing.T) {
 	}
 	noVersion := &CardError{Faults: []*ValidationError{{"/version", "required"}}}
 	noSkills := &CardError{Faults: []*ValidationError{{"/skills", "required"}}}
+	errStore := errors.New("agentcard: write fraud-review: nats: timeout")
 	down := &FetchError{URL: "https://agent.example/", Reason: "timed out", Err: context.DeadlineExceeded}
 
 	var r Refresh
@@ -38,7 +40,8 @@ func TestRefreshSchedule(t *testing.T) {
 		{fetched(`"d"`, 5*time.Second), noSkills, 40 * time.Second, true, `"d"`},   // a new reason
 		{nil, down, 8 * time.Minute, true, `"d"`},                                  // a failed fetch keeps the ETag
 		{nil, down, MaxRetry, false, `"d"`},
-		{notModified(`"d"`, 5*time.Second), nil, 320 * time.Second, false, `"d"`}, // 5 s, the 7th time
+		{fetched(`"x"`, 5*time.Second), errStore, 320 * time.Second, false, `"d"`}, // no refusal of the card: its ETag is not kept
+		{notModified(`"d"`, 5*time.Second), nil, MaxRetry, false, `"d"`}, // 5 s, the 8th time
 
 		{fetched(`"e"`, 0), nil, MinRefresh, false, `"e"`},           // accepted: the refusal ends
 		{fetched(`"f"`, time.Hour), noSkills, MaxRetry, true, `"f"`}, // a refused card is retried within MaxRetry
