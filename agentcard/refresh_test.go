@@ -41,7 +41,7 @@ func TestRefreshSchedule(t *testing.T) {
 		{nil, down, 8 * time.Minute, true, `"d"`},                                  // a failed fetch keeps the ETag
 		{nil, down, MaxRetry, false, `"d"`},
 		{fetched(`"x"`, 5*time.Second), errStore, 320 * time.Second, false, `"d"`}, // no refusal of the card: its ETag is not kept
-		{notModified(`"d"`, 5*time.Second), nil, MaxRetry, false, `"d"`}, // 5 s, the 8th time
+		{notModified(`"d"`, 5*time.Second), nil, MaxRetry, false, `"d"`},           // 5 s, the 8th time
 
 		{fetched(`"e"`, 0), nil, MinRefresh, false, `"e"`},           // accepted: the refusal ends
 		{fetched(`"f"`, time.Hour), noSkills, MaxRetry, true, `"f"`}, // a refused card is retried within MaxRetry
