@@ -98,7 +98,7 @@ type Provider struct {
 
 // ValidationError reports why a card was refused. Pointer is an RFC 6901
 // JSON pointer to the member at fault ("" for the whole card); Reason says
-// what is wrong with it, for example "required" or "unknown field".
+// what is wrong with it, for example "required" or "must be a string".
 type ValidationError struct {
 	Pointer string `json:"pointer"`
 	Reason  string `json:"reason"`

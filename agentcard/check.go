@@ -147,7 +147,8 @@ func inspect(raw []byte) (*Card, []Note, error) {
 	return c, k.allNotes(), k.err()
 }
 
-// cardFields are the members of a 1.0 card, for suggestions.
+// legacyFields are 0.3 member names a card read as 1.0 may still carry,
+// with the note each gets.
 var legacyFields = map[string]string{
 	"url":                               "a 0.3 field in a card read as 1.0 (it has supportedInterfaces): kept, not used",
 	"preferredTransport":                "a 0.3 field in a card read as 1.0 (it has supportedInterfaces): kept, not used",
