@@ -303,7 +303,8 @@ func decodeSkill(k *checker, ptr string, raw json.RawMessage, s *Skill) {
 	})
 }
 
-// The protocol bindings of A2A 1.0 §5 whose interface URLs a2ad can judge.
+// The protocol bindings of A2A 1.0 (§9 JSON-RPC, §10 gRPC, §11 HTTP+JSON)
+// whose interface URLs a2ad can judge.
 const (
 	bindingJSONRPC  = "JSONRPC"
 	bindingGRPC     = "GRPC"
