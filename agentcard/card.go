@@ -5,16 +5,18 @@
 //
 // Source: A2A specification 1.0 (a2aproject/A2A, docs/specification.md §4.4
 // "Agent discovery objects" and specification/a2a.proto AgentCard). Cards are
-// read in their ProtoJSON (camelCase) shape; [Parse] refuses the 0.3 shape
-// (top-level url, preferredTransport, additionalInterfaces), which
-// [Normalize] rewrites to 1.0.
+// read in their ProtoJSON (camelCase) shape; [Normalize] rewrites the 0.3
+// shape (top-level url, preferredTransport, additionalInterfaces) to 1.0,
+// unless the card has supportedInterfaces, which makes it 1.0 whatever else
+// it carries. A card is refused only for what makes it unsafe or unusable,
+// with every fault at once ([CardError]); what a2ad does not know or cannot
+// use is a [Note], and stays in the stored, fingerprinted card ([Check]).
 package agentcard
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -96,10 +98,10 @@ type Provider struct {
 
 // ValidationError reports why a card was refused. Pointer is an RFC 6901
 // JSON pointer to the member at fault ("" for the whole card); Reason says
-// what is wrong with it, for example "required" or "unknown field".
+// what is wrong with it, for example "required" or "must be a string".
 type ValidationError struct {
-	Pointer string
-	Reason  string
+	Pointer string `json:"pointer"`
+	Reason  string `json:"reason"`
 }
 
 // Error returns "agentcard: <pointer>: <reason>", or "agentcard: <reason>"
@@ -131,40 +133,57 @@ func invalid(ptr, format string, args ...any) *ValidationError {
 // *[ValidationError]: cards over [MaxCardBytes]; input that is not a JSON
 // object or that RFC 8785 cannot canonicalize (duplicate member names, lone
 // surrogates, invalid UTF-8, out-of-range numbers), so that a parsed card
-// always has a [Fingerprint]; members the 1.0 card does not define, at any
-// depth, with their pointer; members of the wrong JSON type; and everything
-// [Card.Validate] refuses. JSON null counts as an absent member.
+// always has a [Fingerprint]. Then, as a *[CardError] naming every fault at
+// once with its JSON pointer: members of the wrong JSON type, at any depth,
+// and everything [Card.Validate] refuses. Members the 1.0 card does not
+// define are no fault: they stay in the card's bytes (and so in its
+// fingerprint) and [Check] reports them as notes. JSON null counts as an
+// absent member.
 func Parse(raw []byte) (*Card, error) {
-	c, _, err := parse(raw)
+	c, _, _, err := parse(raw)
 	return c, err
 }
 
-// parse is Parse that also returns the card's fingerprint, which it has to
-// compute anyway to prove the card canonicalizes.
-func parse(raw []byte) (*Card, string, error) {
+// Check reads a card as [Registry.Register] does: [Normalize] (a 0.3 card
+// becomes its 1.0 form), then [Parse]. It returns the card, its notes (see
+// [Note]: members a2ad does not know, interfaces and links it cannot use),
+// and the refusal, a *[ValidationError] or *[CardError], when the card is
+// unsafe or unusable. Notes are returned with a refusal too.
+func Check(raw []byte) (*Card, []Note, error) {
 	if len(raw) > MaxCardBytes {
-		return nil, "", invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
+		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
+	}
+	normal, err := Normalize(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, notes, _, err := parse(normal)
+	return c, notes, err
+}
+
+// parse is Parse that also returns the card's notes and its fingerprint,
+// which it has to compute anyway to prove the card canonicalizes.
+func parse(raw []byte) (*Card, []Note, string, error) {
+	if len(raw) > MaxCardBytes {
+		return nil, nil, "", invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
 	var syntax json.RawMessage
 	if err := json.Unmarshal(raw, &syntax); err != nil {
-		return nil, "", invalid("", "invalid JSON: %v", err)
+		return nil, nil, "", invalid("", "invalid JSON: %v", err)
 	}
 	fp, err := fingerprint(raw)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	c, capsPresent, err := decodeCard(raw)
+	c, notes, err := inspect(raw)
 	if err != nil {
-		return nil, "", err
+		return nil, notes, "", err
 	}
-	if err := c.validate(capsPresent); err != nil {
-		return nil, "", err
-	}
-	return c, fp, nil
+	return c, notes, fp, nil
 }
 
-// Validate checks the rules of A2A 1.0 §4.4.1 and a2ad's caps; it returns
-// the first fault, in a2a.proto field order, as a *[ValidationError]:
+// Validate checks the rules of A2A 1.0 §4.4.1 and a2ad's caps, and returns
+// every fault at once, in a2a.proto field order, as a *[CardError]:
 //
 //   - required and non-empty: name, description, version,
 //     supportedInterfaces (each with url, protocolBinding, protocolVersion),
@@ -172,139 +191,28 @@ func parse(raw []byte) (*Card, string, error) {
 //     description); tags must be present (non-nil) but may be empty;
 //     provider, when present, needs url and organization;
 //   - skill ids are unique; at most [MaxSkills] skills;
-//   - interface URLs are absolute, with a host and no user info, and use
-//     https, http, nats or grpc; provider.url, documentationUrl and iconUrl
-//     likewise with https or http;
+//   - the URL of an interface a2ad would use (protocolBinding
+//     [natsbind.BindingURI]) is absolute, with a host and no user info, and
+//     uses https, http, nats or grpc. Other interfaces, and provider.url,
+//     documentationUrl and iconUrl, are never refused for their URL: one
+//     nobody could use is a [Note] ([Check]); a gRPC interface's URL may be
+//     a host:port target (a2a.proto AgentInterface.url);
 //   - every string is at most [MaxStringBytes];
-//   - opaque members (securitySchemes values, securityRequirements,
-//     extensions, signatures) are JSON objects.
+//   - opaque members (extensions, signatures) are JSON objects;
+//   - the security block does not contradict itself: each securitySchemes
+//     value is an object with at most one member of the a2a.proto
+//     SecurityScheme oneof, and each securityRequirements entry, of the
+//     card or a skill, names only schemes securitySchemes declares.
 //
 // Validate cannot tell an absent capabilities member from an empty one;
 // [Parse] does.
-func (c *Card) Validate() error { return c.validate(true) }
-
-var (
-	interfaceSchemes = []string{"https", "http", "nats", "grpc"}
-	webSchemes       = []string{"https", "http"}
-)
-
-func (c *Card) validate(capsPresent bool) error {
-	if err := requiredString("/name", c.Name); err != nil {
-		return err
-	}
-	if err := requiredString("/description", c.Description); err != nil {
-		return err
-	}
-	if len(c.SupportedInterfaces) == 0 {
-		return invalid("/supportedInterfaces", "required")
-	}
-	for i, in := range c.SupportedInterfaces {
-		p := "/supportedInterfaces/" + strconv.Itoa(i)
-		if err := requiredURL(p+"/url", in.URL, interfaceSchemes); err != nil {
-			return err
-		}
-		if err := requiredString(p+"/protocolBinding", in.ProtocolBinding); err != nil {
-			return err
-		}
-		if err := requiredString(p+"/protocolVersion", in.ProtocolVersion); err != nil {
-			return err
-		}
-		if err := checkLen(p+"/tenant", in.Tenant); err != nil {
-			return err
-		}
-	}
-	if c.Provider != nil {
-		if err := requiredURL("/provider/url", c.Provider.URL, webSchemes); err != nil {
-			return err
-		}
-		if err := requiredString("/provider/organization", c.Provider.Organization); err != nil {
-			return err
-		}
-	}
-	if err := requiredString("/version", c.Version); err != nil {
-		return err
-	}
-	if c.DocumentationURL != "" {
-		if err := requiredURL("/documentationUrl", c.DocumentationURL, webSchemes); err != nil {
-			return err
-		}
-	}
-	if !capsPresent {
-		return invalid("/capabilities", "required")
-	}
-	if err := objects("/capabilities/extensions", c.Capabilities.Extensions); err != nil {
-		return err
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.SecuritySchemes)) {
-		if !isObject(c.SecuritySchemes[name]) {
-			return invalid("/securitySchemes/"+escapePointer(name), "must be an object")
-		}
-	}
-	if err := objects("/securityRequirements", c.SecurityRequirements); err != nil {
-		return err
-	}
-	if err := requiredStrings("/defaultInputModes", c.DefaultInputModes); err != nil {
-		return err
-	}
-	if err := requiredStrings("/defaultOutputModes", c.DefaultOutputModes); err != nil {
-		return err
-	}
-	if err := c.validateSkills(); err != nil {
-		return err
-	}
-	if err := objects("/signatures", c.Signatures); err != nil {
-		return err
-	}
-	if c.IconURL != "" {
-		if err := requiredURL("/iconUrl", c.IconURL, webSchemes); err != nil {
-			return err
-		}
-	}
-	return nil
+func (c *Card) Validate() error {
+	k := &checker{capsPresent: true}
+	c.check(k)
+	return k.err()
 }
 
-func (c *Card) validateSkills() error {
-	if len(c.Skills) == 0 {
-		return invalid("/skills", "required")
-	}
-	if len(c.Skills) > MaxSkills {
-		return invalid("/skills", "%d skills, more than %d", len(c.Skills), MaxSkills)
-	}
-	seen := make(map[string]int, len(c.Skills))
-	for i, s := range c.Skills {
-		p := "/skills/" + strconv.Itoa(i)
-		if err := requiredString(p+"/id", s.ID); err != nil {
-			return err
-		}
-		if j, dup := seen[s.ID]; dup {
-			return invalid(p+"/id", "duplicate skill id (also /skills/%d)", j)
-		}
-		seen[s.ID] = i
-		if err := requiredString(p+"/name", s.Name); err != nil {
-			return err
-		}
-		if err := requiredString(p+"/description", s.Description); err != nil {
-			return err
-		}
-		if s.Tags == nil {
-			return invalid(p+"/tags", "required")
-		}
-		for _, list := range []struct {
-			field string
-			items []string
-		}{{"/tags", s.Tags}, {"/examples", s.Examples}, {"/inputModes", s.InputModes}, {"/outputModes", s.OutputModes}} {
-			for k, v := range list.items {
-				if err := checkLen(p+list.field+"/"+strconv.Itoa(k), v); err != nil {
-					return err
-				}
-			}
-		}
-		if err := objects(p+"/securityRequirements", s.SecurityRequirements); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var interfaceSchemes = []string{"https", "http", "nats", "grpc"}
 
 func checkLen(ptr, s string) error {
 	if len(s) > MaxStringBytes {
@@ -318,18 +226,6 @@ func requiredString(ptr, s string) error {
 		return invalid(ptr, "required")
 	}
 	return checkLen(ptr, s)
-}
-
-func requiredStrings(ptr string, list []string) error {
-	if len(list) == 0 {
-		return invalid(ptr, "required")
-	}
-	for i, s := range list {
-		if err := requiredString(ptr+"/"+strconv.Itoa(i), s); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func requiredURL(ptr, s string, schemes []string) error {
@@ -351,15 +247,6 @@ func requiredURL(ptr, s string, schemes []string) error {
 		return invalid(ptr, "must be an absolute URL with a host")
 	case u.User != nil:
 		return invalid(ptr, "must not carry user info")
-	}
-	return nil
-}
-
-func objects(ptr string, list []json.RawMessage) error {
-	for i, v := range list {
-		if !isObject(v) {
-			return invalid(ptr+"/"+strconv.Itoa(i), "must be an object")
-		}
 	}
 	return nil
 }
@@ -444,4 +331,13 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// DelegationFault says why a2ad could not delegate to the card's agent,
+// registered as agentID, over its interfaces, or "" when it could: the card
+// needs a [NATSInterface], and no interface of the NATS binding may name
+// another agent (docs/nats-binding.md §3.3). It is the card's part of
+// [Record].NotDelegableReason.
+func DelegationFault(agentID string, c *Card) string {
+	return natsFault(agentID, c.SupportedInterfaces)
 }

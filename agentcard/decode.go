@@ -7,90 +7,26 @@ import (
 	"strings"
 )
 
-// The card is decoded member by member rather than with
-// json.Decoder.DisallowUnknownFields, whose errors name neither the position
-// of an unknown member nor the array index of a mistyped one: a refusal must
-// carry the exact JSON pointer.
+// The card is decoded member by member rather than with encoding/json,
+// whose errors name neither the position of an unknown member nor the array
+// index of a mistyped one: a refusal and a note must carry the exact JSON
+// pointer. The strict helpers here (decodeObject refuses unknown members)
+// serve Normalize's reading of 0.3 security schemes; the card itself is
+// read by the collecting checker (check.go).
 
 // field decodes one non-null member whose pointer is ptr.
 type field func(ptr string, raw json.RawMessage) error
-
-// decodeCard decodes raw, which must already be valid JSON, into a Card. It
-// reports whether the capabilities member was present and not null, which the
-// Card itself cannot show.
-func decodeCard(raw []byte) (*Card, bool, error) {
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return nil, false, invalid("", "card must be a JSON object")
-	}
-	c := &Card{}
-	caps := false
-	err := decodeObject("", raw, map[string]field{
-		"name":                stringField(&c.Name),
-		"description":         stringField(&c.Description),
-		"supportedInterfaces": listField(&c.SupportedInterfaces, decodeInterface),
-		"provider": func(p string, v json.RawMessage) error {
-			c.Provider = &Provider{}
-			return decodeProvider(p, v, c.Provider)
-		},
-		"version":              stringField(&c.Version),
-		"documentationUrl":     stringField(&c.DocumentationURL),
-		"capabilities":         func(p string, v json.RawMessage) error { caps = true; return decodeCapabilities(p, v, &c.Capabilities) },
-		"securitySchemes":      rawMapField(&c.SecuritySchemes),
-		"securityRequirements": listField(&c.SecurityRequirements, decodeRaw),
-		"defaultInputModes":    listField(&c.DefaultInputModes, decodeString),
-		"defaultOutputModes":   listField(&c.DefaultOutputModes, decodeString),
-		"skills":               listField(&c.Skills, decodeSkill),
-		"signatures":           listField(&c.Signatures, decodeRaw),
-		"iconUrl":              stringField(&c.IconURL),
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	return c, caps, nil
-}
-
-func decodeInterface(ptr string, raw json.RawMessage, in *Interface) error {
-	return decodeObject(ptr, raw, map[string]field{
-		"url":             stringField(&in.URL),
-		"protocolBinding": stringField(&in.ProtocolBinding),
-		"protocolVersion": stringField(&in.ProtocolVersion),
-		"tenant":          stringField(&in.Tenant),
-	})
-}
-
-func decodeProvider(ptr string, raw json.RawMessage, p *Provider) error {
-	return decodeObject(ptr, raw, map[string]field{
-		"url":          stringField(&p.URL),
-		"organization": stringField(&p.Organization),
-	})
-}
-
-func decodeCapabilities(ptr string, raw json.RawMessage, c *Capabilities) error {
-	return decodeObject(ptr, raw, map[string]field{
-		"streaming":         boolField(&c.Streaming),
-		"pushNotifications": boolField(&c.PushNotifications),
-		"extendedAgentCard": boolField(&c.ExtendedAgentCard),
-		"extensions":        listField(&c.Extensions, decodeRaw),
-	})
-}
-
-func decodeSkill(ptr string, raw json.RawMessage, s *Skill) error {
-	return decodeObject(ptr, raw, map[string]field{
-		"id":                   stringField(&s.ID),
-		"name":                 stringField(&s.Name),
-		"description":          stringField(&s.Description),
-		"tags":                 listField(&s.Tags, decodeString),
-		"examples":             listField(&s.Examples, decodeString),
-		"inputModes":           listField(&s.InputModes, decodeString),
-		"outputModes":          listField(&s.OutputModes, decodeString),
-		"securityRequirements": listField(&s.SecurityRequirements, decodeRaw),
-	})
-}
 
 // decodeObject walks the members of the object raw in document order. A
 // member not in fields is refused; a null member is skipped (ProtoJSON reads
 // null as the field's default).
 func decodeObject(ptr string, raw json.RawMessage, fields map[string]field) error {
+	return decodeObjectKeep(ptr, raw, nil, fields)
+}
+
+// decodeObjectKeep is decodeObject that keeps the members not in fields in
+// *kept instead of refusing them, unless kept is nil.
+func decodeObjectKeep(ptr string, raw json.RawMessage, kept *map[string]json.RawMessage, fields map[string]field) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return invalid(ptr, "must be an object")
@@ -107,6 +43,13 @@ func decodeObject(ptr string, raw json.RawMessage, fields map[string]field) erro
 		}
 		p := ptr + "/" + escapePointer(name)
 		f, ok := fields[name]
+		if !ok && kept != nil {
+			if *kept == nil {
+				*kept = map[string]json.RawMessage{}
+			}
+			(*kept)[name] = v
+			continue
+		}
 		if !ok {
 			return invalid(p, "unknown field")
 		}

@@ -28,10 +28,10 @@ func ExampleParse() {
 }
 
 func ExampleParse_refused() {
-	_, err := agentcard.Parse([]byte(`{"name": "Agent", "url": "https://agent.example/a2a"}`))
+	_, err := agentcard.Parse([]byte(`{"name": "Agent", "version": 1, "capabilities": {}, "skills": [{"id": "s"}]}`))
 	fmt.Println(err)
 	// Output:
-	// agentcard: /url: unknown field
+	// agentcard: 8 faults: /version: must be a string; /description: required; /supportedInterfaces: required; /defaultInputModes: required; /defaultOutputModes: required; /skills/0/name: required; /skills/0/description: required; /skills/0/tags: required
 }
 
 func ExampleFingerprint() {

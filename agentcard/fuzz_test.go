@@ -54,3 +54,41 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheck feeds Check (Normalize, then Parse) untrusted card bytes, 0.3
+// or 1.0: it must never panic; a refusal names at most MaxFaults faults
+// (and one more saying how many were left), in a2ad's words only; notes
+// are bounded likewise; an accepted card's 1.0 form has a fingerprint.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"A","url":"https://a","preferredTransport":"GRPC","supportedInterfaces":[{"url":"h:443","protocolBinding":"GRPC","protocolVersion":"1.0"}],"x":1}`,
+		`{"name":"A","url":"https://a","securitySchemes":{"k":{"type":"http","scheme":"b","x":1}},"security":[{"k":[]}]}`,
+		`{"securitySchemes":{"k":{"apiKeySecurityScheme":{},"mtlsSecurityScheme":{}}},"securityRequirements":[{"schemes":{"z":{"list":[1]}}}]}`,
+		`{"skills":[{"example":[]},7],"capabilities":{"extensions":[1]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, notes, err := Check(raw)
+		if len(notes) > MaxNotes+1 {
+			t.Fatalf("%d notes", len(notes))
+		}
+		if err != nil {
+			var ce *CardError
+			if errors.As(err, &ce) && len(ce.Faults) > MaxFaults+1 {
+				t.Fatalf("%d faults", len(ce.Faults))
+			}
+			if reason, ok := refusalReason(err); !ok || strings.ContainsAny(reason, "\"'`\\") || strings.ContainsFunc(reason, func(r rune) bool { return r < ' ' || r > '~' }) {
+				t.Fatalf("refusal reason %q of %v", reason, err)
+			}
+			return
+		}
+		normal, err := Normalize(raw)
+		if err != nil {
+			t.Fatalf("Check accepted a card Normalize refuses: %v", err)
+		}
+		if _, err := Fingerprint(normal); err != nil {
+			t.Fatalf("Check accepted a card without a fingerprint: %v", err)
+		}
+	})
+}

@@ -11,7 +11,9 @@ import (
 )
 
 // Normalize returns a card in the A2A 1.0 shape. A 1.0 card comes back
-// unchanged. A card in the 0.3 shape, still widely served (top-level url,
+// unchanged, and so does any card with a supportedInterfaces member, which
+// only 1.0 defines: it is read as 1.0 whatever 0.3 fields it also carries
+// (they are kept, and [Check] notes them). A card in the 0.3 shape, still widely served (top-level url,
 // preferredTransport, additionalInterfaces, protocolVersion), is rewritten:
 //
 //   - url, preferredTransport (default JSONRPC) and protocolVersion (default
@@ -36,9 +38,11 @@ import (
 //     ProtoJSON writes it). A requirement naming an undeclared scheme is
 //     kept: [Parse] does not check that on a 1.0 card either.
 //
-// What 1.0 cannot say the same way is refused: a 0.3 oauth2 scheme with more
-// than one flow (1.0 OAuthFlows is a oneof), at the second flow; an unknown
-// scheme type; a member the scheme's type does not define; a member the 0.3
+// Members a scheme or flow's type does not define are kept, under their own
+// names, in the 1.0 scheme or flow, for Check to note. What 1.0 cannot say
+// the same way is refused: a 0.3 oauth2 scheme with more than one flow (1.0
+// OAuthFlows is a oneof), at the second flow; an unknown scheme type or
+// flow; a member the 0.3
 // schema requires, missing or empty; apiKey in other than query, header or
 // cookie; 1.0 securityRequirements in a 0.3 card; duplicate member names
 // anywhere (decoding would keep one; RFC 8785 refuses them); members of the
@@ -61,11 +65,11 @@ func Normalize(raw []byte) ([]byte, error) {
 			legacy = true
 		}
 	}
-	if !legacy {
+	if _, v1 := m["supportedInterfaces"]; !legacy || v1 {
+		// A card with supportedInterfaces is read as 1.0 whatever else it
+		// carries (@a2a-js/sdk 1.3 serves 0.3 fields beside it): its 0.3
+		// members are left in place, for Check to note.
 		return raw, nil
-	}
-	if _, ok := m["supportedInterfaces"]; ok {
-		return nil, invalid("/supportedInterfaces", "a card mixes 1.0 supportedInterfaces with 0.3 fields (url, preferredTransport, additionalInterfaces, protocolVersion)")
 	}
 	if _, err := jcs.Transform(raw); err != nil {
 		return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)
@@ -241,9 +245,9 @@ type (
 		BearerFormat string `json:"bearerFormat,omitempty"`
 	}
 	oauth2Scheme struct {
-		Description       string               `json:"description,omitempty"`
-		Flows             map[string]oauthFlow `json:"flows"`
-		OAuth2MetadataURL string               `json:"oauth2MetadataUrl,omitempty"`
+		Description       string         `json:"description,omitempty"`
+		Flows             map[string]any `json:"flows"`
+		OAuth2MetadataURL string         `json:"oauth2MetadataUrl,omitempty"`
 	}
 	// oauthFlow is any of the four flows 0.3 and 1.0 share; each uses a
 	// subset of the members.
@@ -298,6 +302,7 @@ func normalizeScheme(ptr string, raw json.RawMessage) (string, any, error) {
 		return "", nil, err
 	}
 	var description string
+	var extra map[string]json.RawMessage // members the scheme's type does not define: kept
 	fields := map[string]field{
 		"type":        func(string, json.RawMessage) error { return nil },
 		"description": stringField(&description),
@@ -309,7 +314,7 @@ func normalizeScheme(ptr string, raw json.RawMessage) (string, any, error) {
 	switch typ {
 	case "apiKey":
 		var s apiKeyScheme
-		err := decodeObject(ptr, raw, with(map[string]field{"name": stringField(&s.Name), "in": stringField(&s.Location)}))
+		err := decodeObjectKeep(ptr, raw, &extra, with(map[string]field{"name": stringField(&s.Name), "in": stringField(&s.Location)}))
 		if err == nil {
 			err = requiredString(ptr+"/in", s.Location)
 		}
@@ -320,18 +325,18 @@ func normalizeScheme(ptr string, raw json.RawMessage) (string, any, error) {
 			err = requiredString(ptr+"/name", s.Name)
 		}
 		s.Description = description
-		return "apiKeySecurityScheme", s, err
+		return "apiKeySecurityScheme", withExtra(s, extra), err
 	case "http":
 		var s httpAuthScheme
-		err := decodeObject(ptr, raw, with(map[string]field{"scheme": stringField(&s.Scheme), "bearerFormat": stringField(&s.BearerFormat)}))
+		err := decodeObjectKeep(ptr, raw, &extra, with(map[string]field{"scheme": stringField(&s.Scheme), "bearerFormat": stringField(&s.BearerFormat)}))
 		if err == nil {
 			err = requiredString(ptr+"/scheme", s.Scheme)
 		}
 		s.Description = description
-		return "httpAuthSecurityScheme", s, err
+		return "httpAuthSecurityScheme", withExtra(s, extra), err
 	case "oauth2":
 		var s oauth2Scheme
-		err := decodeObject(ptr, raw, with(map[string]field{
+		err := decodeObjectKeep(ptr, raw, &extra, with(map[string]field{
 			"flows":             func(p string, v json.RawMessage) error { return decodeFlows(p, v, &s.Flows) },
 			"oauth2MetadataUrl": stringField(&s.OAuth2MetadataURL),
 		}))
@@ -339,20 +344,20 @@ func normalizeScheme(ptr string, raw json.RawMessage) (string, any, error) {
 			err = invalid(ptr+"/flows", "required")
 		}
 		s.Description = description
-		return "oauth2SecurityScheme", s, err
+		return "oauth2SecurityScheme", withExtra(s, extra), err
 	case "openIdConnect":
 		var s openIDConnectScheme
-		err := decodeObject(ptr, raw, with(map[string]field{"openIdConnectUrl": stringField(&s.OpenIDConnectURL)}))
+		err := decodeObjectKeep(ptr, raw, &extra, with(map[string]field{"openIdConnectUrl": stringField(&s.OpenIDConnectURL)}))
 		if err == nil {
 			err = requiredString(ptr+"/openIdConnectUrl", s.OpenIDConnectURL)
 		}
 		s.Description = description
-		return "openIdConnectSecurityScheme", s, err
+		return "openIdConnectSecurityScheme", withExtra(s, extra), err
 	case "mutualTLS":
 		var s mtlsScheme
-		err := decodeObject(ptr, raw, fields)
+		err := decodeObjectKeep(ptr, raw, &extra, fields)
 		s.Description = description
-		return "mtlsSecurityScheme", s, err
+		return "mtlsSecurityScheme", withExtra(s, extra), err
 	}
 	return "", nil, invalid(ptr+"/type", "unknown security scheme type %q (want apiKey, http, oauth2, openIdConnect or mutualTLS)", truncate(typ, 32))
 }
@@ -369,9 +374,10 @@ var flowRequired = map[string][]string{
 
 // decodeFlows decodes 0.3 OAuthFlows into the one flow a 1.0 OAuthFlows
 // holds.
-func decodeFlows(ptr string, raw json.RawMessage, dst *map[string]oauthFlow) error {
+func decodeFlows(ptr string, raw json.RawMessage, dst *map[string]any) error {
 	var kind string
 	var flow oauthFlow
+	var extra map[string]json.RawMessage
 	fields := map[string]field{}
 	for k, required := range flowRequired {
 		fields[k] = func(p string, v json.RawMessage) error {
@@ -379,7 +385,7 @@ func decodeFlows(ptr string, raw json.RawMessage, dst *map[string]oauthFlow) err
 				return invalid(p, "an A2A 1.0 scheme has one OAuth flow, and this one already has %s", kind)
 			}
 			kind = k
-			return decodeFlow(p, v, required, &flow)
+			return decodeFlow(p, v, required, &flow, &extra)
 		}
 	}
 	if err := decodeObject(ptr, raw, fields); err != nil {
@@ -388,11 +394,11 @@ func decodeFlows(ptr string, raw json.RawMessage, dst *map[string]oauthFlow) err
 	if kind == "" {
 		return invalid(ptr, "required: one of authorizationCode, clientCredentials, implicit, password")
 	}
-	*dst = map[string]oauthFlow{kind: flow}
+	*dst = map[string]any{kind: withExtra(flow, extra)}
 	return nil
 }
 
-func decodeFlow(ptr string, raw json.RawMessage, required []string, f *oauthFlow) error {
+func decodeFlow(ptr string, raw json.RawMessage, required []string, f *oauthFlow, extra *map[string]json.RawMessage) error {
 	all := map[string]field{
 		"authorizationUrl": stringField(&f.AuthorizationURL),
 		"tokenUrl":         stringField(&f.TokenURL),
@@ -402,7 +408,7 @@ func decodeFlow(ptr string, raw json.RawMessage, required []string, f *oauthFlow
 	for _, k := range required {
 		fields[k] = all[k]
 	}
-	if err := decodeObject(ptr, raw, fields); err != nil {
+	if err := decodeObjectKeep(ptr, raw, extra, fields); err != nil {
 		return err
 	}
 	set := map[string]bool{"authorizationUrl": f.AuthorizationURL != "", "tokenUrl": f.TokenURL != "", "scopes": f.Scopes != nil}
@@ -433,3 +439,23 @@ func decodeScopes(ptr string, raw json.RawMessage, dst *map[string]string) error
 }
 
 func isNull(v json.RawMessage) bool { return string(v) == "null" }
+
+// withExtra is v, a scheme or flow, as a JSON object with the members of
+// extra it does not have itself: what the 0.3 card said beyond its type's
+// members is kept in the 1.0 form.
+func withExtra(v any, extra map[string]json.RawMessage) any {
+	if len(extra) == 0 {
+		return v
+	}
+	b, err := json.Marshal(v)
+	var m map[string]json.RawMessage
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		return v
+	}
+	for k, x := range extra {
+		if _, ok := m[k]; !ok {
+			m[k] = x
+		}
+	}
+	return m
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -157,7 +158,6 @@ func TestNormalizeRefusals(t *testing.T) {
 	scheme := func(s string) string { return `{` + url + `,"securitySchemes":{"k":` + s + `}}` }
 	flows := func(f string) string { return scheme(`{"type":"oauth2","flows":` + f + `}`) }
 	for _, c := range []struct{ card, ptr, reason string }{
-		{`{"url":"https://a.example/a2a","supportedInterfaces":[]}`, "/supportedInterfaces", ""},
 		{`{"url":7}`, "/url", ""},
 		{`{"protocolVersion":"0.3.0"}`, "/url", ""},
 		{`{"url":"https://a.example/a2a","additionalInterfaces":[{"url":"https://b.example"}]}`, "/additionalInterfaces/0", ""},
@@ -176,10 +176,8 @@ func TestNormalizeRefusals(t *testing.T) {
 		{scheme(`{"type":"apiKey","name":"k","in":"body"}`), "/securitySchemes/k/in", "must be query, header or cookie"},
 		{scheme(`{"type":"apiKey","in":"header"}`), "/securitySchemes/k/name", "required"},
 		{scheme(`{"type":"apiKey","in":"header","name":7}`), "/securitySchemes/k/name", "must be a string"},
-		{scheme(`{"type":"apiKey","in":"header","name":"k","scheme":"Bearer"}`), "/securitySchemes/k/scheme", "unknown field"},
 		{scheme(`{"type":"apiKey","in":"header","name":"k","description":7}`), "/securitySchemes/k/description", "must be a string"},
 		{scheme(`{"type":"http","bearerFormat":"JWT"}`), "/securitySchemes/k/scheme", "required"},
-		{scheme(`{"type":"http","scheme":"Bearer","x-vendor":true}`), "/securitySchemes/k/x-vendor", "unknown field"},
 		{scheme(`{"type":"oauth2"}`), "/securitySchemes/k/flows", "required"},
 		{scheme(`{"type":"oauth2","flows":[]}`), "/securitySchemes/k/flows", "must be an object"},
 		{flows(`{}`), "/securitySchemes/k/flows", "required: one of"},
@@ -193,12 +191,10 @@ func TestNormalizeRefusals(t *testing.T) {
 		{flows(`{"clientCredentials":{"tokenUrl":"","scopes":{}}}`), "/securitySchemes/k/flows/clientCredentials/tokenUrl", "required"},
 		{flows(`{"clientCredentials":{"tokenUrl":"https://as/t","scopes":{"r":1}}}`), "/securitySchemes/k/flows/clientCredentials/scopes/r", "must be a string"},
 		{flows(`{"clientCredentials":{"tokenUrl":"https://as/t","scopes":["r"]}}`), "/securitySchemes/k/flows/clientCredentials/scopes", "must be an object"},
-		{flows(`{"implicit":{"authorizationUrl":"https://as/a","tokenUrl":"https://as/t","scopes":{}}}`), "/securitySchemes/k/flows/implicit/tokenUrl", "unknown field"},
 		{flows(`{"implicit":{"scopes":{}}}`), "/securitySchemes/k/flows/implicit/authorizationUrl", "required"},
 		{flows(`{"password":{"tokenUrl":"https://as/t"}}`), "/securitySchemes/k/flows/password/scopes", "required"},
 		{flows(`{"password":"x"}`), "/securitySchemes/k/flows/password", "must be an object"},
 		{scheme(`{"type":"openIdConnect"}`), "/securitySchemes/k/openIdConnectUrl", "required"},
-		{scheme(`{"type":"mutualTLS","name":"x"}`), "/securitySchemes/k/name", "unknown field"},
 
 		{`{` + url + `,"security":{}}`, "/security", "must be an array"},
 		{`{` + url + `,"security":[[]]}`, "/security/0", "must be an object"},
@@ -268,4 +264,36 @@ func FuzzNormalize(f *testing.F) {
 			t.Fatalf("Parse error %T %v", err, err)
 		}
 	})
+}
+
+// A 0.3 security scheme's members its type does not define are no fault:
+// they are kept in the 1.0 form, where Check notes them, and a vendor
+// member of a flow is kept too.
+func TestNormalizeKeepsUnknownSchemeMembers(t *testing.T) {
+	var card map[string]any
+	if err := json.Unmarshal(legacyFixture(t), &card); err != nil {
+		t.Fatal(err)
+	}
+	card["securitySchemes"] = map[string]any{
+		"bearer": map[string]any{"type": "http", "scheme": "Bearer", "x-vendor": true},
+		"oauth": map[string]any{"type": "oauth2", "flows": map[string]any{"implicit": map[string]any{
+			"authorizationUrl": "https://as.example/a", "tokenUrl": "https://as.example/t", "scopes": map[string]any{}}}},
+	}
+	raw, _ := json.Marshal(card)
+	normal, err := Normalize(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"bearer":{"httpAuthSecurityScheme":{"scheme":"Bearer","x-vendor":true}}`, `"tokenUrl":"https://as.example/t"`} {
+		if !strings.Contains(string(normal), want) {
+			t.Errorf("the 1.0 form lacks %s: %s", want, normal)
+		}
+	}
+	_, notes, err := Check(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Note{{"/securitySchemes/bearer/httpAuthSecurityScheme/x-vendor", "unknown field: kept, not used"}}; !reflect.DeepEqual(notes, want) {
+		t.Errorf("notes %+v, want %+v", notes, want)
+	}
 }

@@ -3,6 +3,7 @@ package agentcard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -69,9 +70,19 @@ func (r *Registry) lastRefusal(agentID string) *Refusal {
 	return nil
 }
 
+// RefusalReason is the [Refusal].Reason a2ad gives err, in its own words,
+// and whether err is a refusal of the card at all (see
+// [Registry.NoteRefusal]): what a card's refresh compares to log and audit
+// a refusal once per change of reason.
+func RefusalReason(err error) (string, bool) { return refusalReason(err) }
+
+// maxReasonFaults bounds the faults a Refusal's reason names.
+const maxReasonFaults = 10
+
 // refusalReason words err for a Refusal, and reports whether it is one.
 func refusalReason(err error) (string, bool) {
 	var fe *FetchError
+	var ce *CardError
 	var ve *ValidationError
 	switch {
 	case err == nil || errors.Is(err, context.Canceled):
@@ -80,17 +91,38 @@ func refusalReason(err error) (string, bool) {
 		return fe.Reason, true
 	case errors.Is(err, ErrSignature):
 		return signatureRequired, true
+	case errors.As(err, &ce):
+		parts := []string{}
+		for i, f := range ce.Faults {
+			if i == maxReasonFaults {
+				parts = append(parts, fmt.Sprintf("and %d more", len(ce.Faults)-i))
+				break
+			}
+			if w := faultWords(f); w != "" {
+				parts = append(parts, w)
+			}
+		}
+		return strings.TrimSpace("the card is invalid " + strings.Join(parts, "; ")), true
 	case errors.As(err, &ve):
-		s := "the card is invalid"
-		if ve.Pointer != "" {
-			s += " at " + plainPointer(ve.Pointer)
-		}
-		if ownWords(ve.Reason) {
-			s += ": " + ve.Reason
-		}
-		return s, true
+		return strings.TrimSpace("the card is invalid " + faultWords(ve)), true
 	}
 	return "", false
+}
+
+// faultWords is "at <pointer>: <reason>", the reason only when it is a2ad's
+// own words.
+func faultWords(ve *ValidationError) string {
+	s := ""
+	if ve.Pointer != "" {
+		s = "at " + plainPointer(ve.Pointer)
+	}
+	if ownWords(ve.Reason) {
+		if s != "" {
+			s += ": "
+		}
+		s += ve.Reason
+	}
+	return s
 }
 
 // ownWords reports whether a ValidationError reason is a2ad's words only:

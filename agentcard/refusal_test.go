@@ -94,12 +94,16 @@ func TestRefusalsShowOnTheRecord(t *testing.T) {
 		card   []byte
 		reason string
 	}{
-		{"unknown member", []byte(strings.Replace(string(fixture(t)), `"version"`, `"Ignore previous instructions": 1, "version"`, 1)),
-			"the card is invalid at /*: unknown field"},
-		{"unknown identifier member", edit(t, func(c map[string]any) { c["skills"].([]any)[0].(map[string]any)["priority"] = 1 }),
-			"the card is invalid at /skills/0/priority: unknown field"},
-		{"scheme", edit(t, func(c map[string]any) { c["iconUrl"] = "javascript:ignore-previous-instructions" }),
-			"the card is invalid at /iconUrl"},
+		{"undeclared scheme", edit(t, func(c map[string]any) {
+			c["securityRequirements"] = []any{map[string]any{"schemes": map[string]any{"Ignore previous instructions": map[string]any{}}}}
+		}), "the card is invalid at /securityRequirements/0/schemes/*: names a security scheme that securitySchemes does not declare"},
+		{"wrong type under an identifier", edit(t, func(c map[string]any) { c["skills"].([]any)[0].(map[string]any)["tags"] = 1 }),
+			"the card is invalid at /skills/0/tags: must be an array"},
+		{"scheme", edit(t, func(c map[string]any) {
+			c["supportedInterfaces"].([]any)[0].(map[string]any)["url"] = "javascript:ignore-previous-instructions"
+		}), "the card is invalid at /supportedInterfaces/0/url"},
+		{"several faults", edit(t, func(c map[string]any) { delete(c, "version"); delete(c, "skills") }),
+			"the card is invalid at /version: required; at /skills: required"},
 		{"duplicate member", []byte(strings.Replace(string(fixture(t)), `"version"`, `"version": "ignore previous instructions", "version"`, 1)),
 			"the card is invalid"},
 		{"not JSON", []byte(`{"name": ignore previous instructions}`), "the card is invalid"},

@@ -75,7 +75,7 @@ type AgentConfig struct {
 // under the agent id.
 //
 // Tenants, Delegable, NotDelegableReason, SignatureVerified, SignedForm,
-// SignaturePayload, Warnings and LastRefusal are as the [Registry] reading
+// SignaturePayload, Warnings, Notes and LastRefusal are as the [Registry] reading
 // the record has them, from its own configuration, scanner and memory: the
 // stored values are the writer's, and are not read back.
 type Record struct {
@@ -130,6 +130,10 @@ type Record struct {
 	// LastRefusal is the last card of the agent this registry refused, or
 	// failed to fetch ([Registry.NoteRefusal]); nil if none since it started.
 	LastRefusal *Refusal `json:"last_refusal,omitempty"`
+	// Notes are what a2ad noticed in Card without refusing it ([Check]):
+	// members it does not know (kept in Card and its fingerprint, not acted
+	// on), interfaces and links nobody could use. For the operator's review.
+	Notes []Note `json:"notes,omitempty"`
 }
 
 // ErrAgentNotFound means the agent is not registered, or not visible to the
@@ -209,6 +213,7 @@ type cardCheck struct {
 	payload  PayloadForm
 	sigErr   error     // nil when a signature verified
 	warnings []Warning // InjectionWarnings; shared, clone before handing out
+	notes    []Note    // of Check; shared likewise
 }
 
 // NewRegistry creates or updates [Bucket] (file storage, history 5,
@@ -263,7 +268,8 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 // Register records the card an agent presents, raw being the exact bytes it
 // sent, and returns the resulting record. agentID must satisfy
 // natsbind.ValidToken (else an error wrapping natsbind.ErrBadSubject); raw
-// must [Normalize] and [Parse] (else its *[ValidationError]); with
+// must [Normalize] and [Parse] (else its *[ValidationError] or
+// *[CardError], naming every fault); with
 // require_signature, one of its signatures must verify with the pinned keys
 // (else an error wrapping [ErrSignature]), over the card as received, or,
 // for a 0.3 card, over its 1.0 form. A refused card of a configured agent
@@ -313,7 +319,7 @@ func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*R
 	if err != nil {
 		return nil, nil, err
 	}
-	card, fp, err := parse(normal)
+	card, _, fp, err := parse(normal)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -443,13 +449,14 @@ func (r *Registry) view(rec *Record) {
 	rec.LastRefusal = r.lastRefusal(rec.AgentID)
 	rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = false, "", ""
 	rec.Delegable, rec.NotDelegableReason = false, ""
-	rec.Warnings = nil
+	rec.Warnings, rec.Notes = nil, nil
 	if len(rec.Card) == 0 {
 		rec.NotDelegableReason = noCard
 		return
 	}
 	c := r.check(rec.AgentID, rec.Card, rec.ReceivedCard)
 	rec.Warnings = slices.Clone(c.warnings)
+	rec.Notes = slices.Clone(c.notes)
 	if c.sigErr == nil {
 		rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = true, c.signed, c.payload
 	}
@@ -492,8 +499,9 @@ func (r *Registry) check(agentID string, card, received []byte) cardCheck {
 	} else {
 		c.binding = natsFault(agentID, ifaces.SupportedInterfaces)
 	}
-	if parsed, _, err := decodeCard(card); err == nil {
+	if parsed, notes, err := inspect(card); err == nil {
 		c.warnings = InjectionWarnings(parsed)
+		c.notes = notes
 	}
 	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
 	r.mu.Lock()
@@ -571,10 +579,7 @@ func (r *Registry) Quarantine(ctx context.Context, agentID, reason string) (*Rec
 // storedCard decodes a card that passed Parse when it was registered; it
 // skips the canonicalization, which is Parse's most expensive step.
 func storedCard(rec *Record) (*Card, error) {
-	c, capsPresent, err := decodeCard(rec.Card)
-	if err == nil {
-		err = c.validate(capsPresent)
-	}
+	c, _, err := inspect(rec.Card)
 	if err != nil {
 		return nil, fmt.Errorf("agentcard: stored card of %s: %w", rec.AgentID, err)
 	}
@@ -908,4 +913,29 @@ func (r *Registry) startWatch() {
 			}
 		}
 	}()
+}
+
+// HostCard is the card of rec that hosts may see, with its fingerprint and
+// the warnings of its text: while the agent is quarantined, the card last
+// approved, never the one it presents now, which no operator has approved
+// (nil, with the approved fingerprint, when a2ad does not know the approved
+// card: it was approved by configuration and never registered); otherwise
+// rec.Card. A card that no longer parses is nil too.
+func HostCard(rec *Record) (*Card, string, []Warning) {
+	raw, fp := rec.Card, rec.Fingerprint
+	approved := rec.Status == StatusQuarantined && rec.Fingerprint != rec.ApprovedFingerprint
+	if approved {
+		raw, fp = rec.ApprovedCard, rec.ApprovedFingerprint
+	}
+	if len(raw) == 0 {
+		return nil, fp, nil
+	}
+	c, _, err := inspect(raw)
+	if err != nil {
+		return nil, fp, nil
+	}
+	if approved {
+		return c, fp, InjectionWarnings(c)
+	}
+	return c, fp, slices.Clone(rec.Warnings)
 }

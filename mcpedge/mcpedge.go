@@ -233,12 +233,15 @@ func (e *Edge) agentsList(ctx context.Context, req *mcp.CallToolRequest, _ Agent
 	}
 	out := AgentsListOutput{Agents: []AgentView{}}
 	for _, r := range recs {
+		// A quarantined agent shows its approved card, not the one it
+		// presents.
+		c, fp, warnings := agentcard.HostCard(&r)
 		v := AgentView{ID: r.AgentID, Status: string(r.Status), Delegable: r.Delegable, NotDelegableReason: r.NotDelegableReason,
-			Fingerprint: r.Fingerprint, Skills: []SkillView{}}
-		for _, w := range r.Warnings {
+			Fingerprint: fp, Skills: []SkillView{}}
+		for _, w := range warnings {
 			v.Warnings = append(v.Warnings, CardWarning{Pointer: w.Pointer, Kind: w.Kind})
 		}
-		if c, err := agentcard.Parse(r.Card); err == nil {
+		if c != nil {
 			v.Name, v.Description = c.Name, c.Description
 			for _, sk := range c.Skills {
 				v.Skills = append(v.Skills, SkillView{ID: sk.ID, Name: sk.Name, Description: sk.Description, Tags: append([]string{}, sk.Tags...)})

@@ -199,7 +199,7 @@ its card is approved again.
 	}
 	revoke.Flags().StringVar(&jti, "credential", "", "the jti of the one credential to revoke (default: every credential issued so far)")
 	revoke.Flags().BoolVar(&quarantineToo, "quarantine", false, "quarantine the agent too: no new delegation goes to it until its card is approved again")
-	cmd.AddCommand(list, show, approve, quarantine, credential, revoke)
+	cmd.AddCommand(list, show, approve, quarantine, credential, revoke, newCheckCard(&f))
 	return cmd
 }
 
@@ -236,6 +236,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	}
 	if len(a.Changes) > 0 {
 		fmt.Fprintf(tw, "Changed:\t%s (from the approved card; --json shows both)\n", strings.Join(a.Changes, ", "))
+	}
+	for _, n := range a.Notes {
+		fmt.Fprintf(tw, "Note:\t%s: %s\n", shownPointer(n.Pointer), n.Reason)
 	}
 	// Where and what kind only: the card below shows the text, as data.
 	for _, w := range a.Warnings {

@@ -5,7 +5,7 @@
 //	           [--nats-tls-cert FILE --nats-tls-key FILE] [--nats-ca FILE] [--nats-client-cert FILE --nats-client-key FILE]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
-//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]
+//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]|check-card FILE [--agent ID]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
 //	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F]
 //

@@ -209,36 +209,45 @@ func (d *Daemon) cardLog(source string, changed bool, msg string, args ...any) {
 	d.aggregate.logAttrs(source, slog.LevelInfo, msg, args...)
 }
 
-// watchCard fetches agent id's card from url until ctx ends, revalidating
-// with its ETag when its Cache-Control says, and registers each new card.
-// A card that changes the agent's status or fingerprint is recorded; a
-// refetch of the current card is not an event. Failures and refusals,
-// every NoCacheRefresh while they last, are aggregated.
+// watchCard fetches agent id's card from url until ctx ends, and registers
+// each new card; an [agentcard.Refresh] says when to fetch again: as the
+// card's Cache-Control says, with its ETag (If-None-Match), and with backoff
+// after a refused card or a failed fetch, revalidating the refused card by
+// its ETag. A card that changes the agent's status or fingerprint is
+// logged and recorded at once; a refetch of the current card is not an
+// event. A refusal (or failed fetch) is logged and audited once per change
+// of its reason, not at every retry; each one is the agent's LastRefusal.
 func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 	f := &agentcard.Fetcher{}
-	etag := ""
+	var refresh agentcard.Refresh
 	byDaemon := audit.Actor{Type: audit.ActorDaemon}
 	for {
-		wait := agentcard.NoCacheRefresh
-		res, err := f.Fetch(ctx, url, etag)
+		res, err := f.Fetch(ctx, url, refresh.ETag)
+		fetchErr := err
+		var rec *agentcard.Record
+		changed := false
+		if err == nil && !res.NotModified {
+			rec, changed, err = d.Service.Agents.RegisterChanged(ctx, id, res.Card)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wait, news := refresh.Next(res, err, time.Now())
 		switch {
 		case err != nil:
-			d.aggregate.logAttrs(id, slog.LevelWarn, "agent card not fetched", "agent", id, "url", url, "err", err)
-			d.obs.agentCard(id, byDaemon, id, nil, false, "fetch_failed")
-			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
-		case res.NotModified:
-			wait = time.Until(res.Next)
-		default:
-			wait = time.Until(res.Next)
-			rec, changed, err := d.Service.Agents.RegisterChanged(ctx, id, res.Card)
-			if err != nil {
-				d.aggregate.logAttrs(id, slog.LevelWarn, "fetched agent card refused", "agent", id, "url", url, "err", err)
-				d.obs.agentCard(id, byDaemon, id, nil, false, cardRefusalCode(err))
-				d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
-				break
+			msg, code := "fetched agent card refused", cardRefusalCode(err)
+			if fetchErr != nil {
+				msg, code = "agent card not fetched", "fetch_failed"
 			}
-			etag = res.ETag
-			d.cardLog(id, changed, "agent card fetched", "agent", id, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			d.Service.Agents.NoteRefusal(id, agentcard.RefusalFetch, err)
+			if _, refusal := agentcard.RefusalReason(err); !refusal {
+				d.aggregate.logAttrs(id, slog.LevelWarn, msg, "agent", id, "url", url, "err", err, "retry_in", wait)
+			} else if news {
+				d.log.Warn(msg, "agent", id, "url", url, "err", err, "retry_in", wait)
+				d.obs.agentCard(id, byDaemon, id, nil, true, code)
+			}
+		case rec != nil:
+			d.cardLog(id, changed, "agent card fetched", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
 			if changed {
 				d.obs.agentCard(id, byDaemon, id, rec, true, "")
 			}
