@@ -165,12 +165,15 @@ With --credential JTI, only the credential with that jti (printed by
 ` + "`a2ad agents credential`" + `, and in its agent.credential_issued audit record).
 
 Every a2ad instance on the NATS account applies it within a moment: the
-credential is refused at connect to the embedded NATS server, whose live
-connections with it are closed, and at registration. On an external NATS
-server agents connect with their own NATS users, which a2ad cannot close:
-remove or rotate the agent's NATS user there too (docs/operations.md).
---quarantine also quarantines the agent: no new delegation goes to it until
-its card is approved again.
+credential is refused at registration, and at connect to the embedded NATS
+server or to an external one whose auth callout a2ad serves
+(nats_auth_callout), where its live connections are closed too (on an
+external server, through nats_auth_callout.system_url). Where agents connect
+to an external server with NATS users of their own, a2ad cannot close their
+connections: revoking all of an agent's credentials there quarantines it;
+remove or rotate its NATS user too (docs/operations.md). --quarantine also
+quarantines the agent: no new delegation goes to it until its card is
+approved again.
 
   a2ad agents revoke fraud-review
   a2ad agents revoke fraud-review --credential 3f1c…`,

@@ -41,9 +41,12 @@ type NATSAuthCalloutConfig struct {
 	// SystemURL is a NATS URL of a user of the server's system account,
 	// allowed to publish $SYS.REQ.SERVER.PING.CONNZ and
 	// $SYS.REQ.SERVER.*.KICK: through it a2ad closes, on every server of
-	// the cluster, the live connections of a revoked credential. Its
-	// password is best given in the environment variable
-	// A2AD_NATS_SYSTEM_URL. nats_tls applies to it as to nats_url. Empty:
+	// the cluster, the live connections of a revoked credential (at once,
+	// and every 30 s those missed). Like nats_url it lists every server:
+	// over plain text nats.go learns no others. a2ad refuses to start
+	// when the user cannot close connections. Its password is best given
+	// in the environment variable A2AD_NATS_SYSTEM_URL. nats_tls applies
+	// to it as to nats_url. Empty:
 	// a revoked credential is refused at connect and at registration, its
 	// live connections stay open until it expires, and revoking all of an
 	// agent's credentials quarantines the agent.
@@ -102,17 +105,27 @@ func readSeed(key, path string, prefix nkeys.PrefixByte, want string) (nkeys.Key
 
 // startCallout answers the NATS server's authorization requests on d.nc,
 // and connects to the system account when system_url is set.
-func (d *Daemon) startCallout(ctx context.Context, issuer, xkey nkeys.KeyPair) error {
+func (d *Daemon) startCallout(ctx, runCtx context.Context, issuer, xkey nkeys.KeyPair) error {
 	a := d.Config.NATSAuthCallout
 	account := a.Account
 	if account == "" {
 		account = DefaultCalloutAccount
 	}
 	if a.SystemURL != "" {
+		if n, m := len(strings.Split(a.SystemURL, ",")), len(strings.Split(d.Config.NATSURL, ",")); n < m {
+			d.log.Warn("nats_auth_callout.system_url lists fewer NATS servers than nats_url: while those are down, a revoked credential's connections cannot be closed; list every server", "system_url", n, "nats_url", m)
+		}
 		nc, err := nats.Connect(a.SystemURL, append(d.Config.NATSTLS.clientOptions(a.SystemURL), nats.Name("a2ad-system"), nats.MaxReconnects(-1),
 			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true), natsErrors(d.aggregate))...)
 		if err == nil && !nc.IsConnected() {
 			err = awaitNATS(ctx, nc, d.Config.NATSTLS)
+		}
+		if err == nil && !nc.IsConnected() {
+			// An authorization violation closes the connection for good.
+			err = errors.New("not connected within a minute")
+			if last := nc.LastError(); last != nil {
+				err = last
+			}
 		}
 		if err != nil {
 			if nc != nil {
@@ -123,10 +136,10 @@ func (d *Daemon) startCallout(ctx context.Context, issuer, xkey nkeys.KeyPair) e
 		d.systemNC = nc
 		d.kicker = &natsauth.Kicker{NC: nc, Account: account}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = d.kicker.Conns(cctx, "")
+		err = d.kicker.Check(cctx)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("nats_auth_callout.system_url %s: listing connections: %w", RedactURLs(a.SystemURL), err)
+			return fmt.Errorf("nats_auth_callout.system_url %s: %w", RedactURLs(a.SystemURL), err)
 		}
 	}
 	c := &natsauth.Callout{Issuer: issuer, XKey: xkey, Account: account, Authorize: d.authorizeConnect,
@@ -142,6 +155,10 @@ func (d *Daemon) startCallout(ctx context.Context, issuer, xkey nkeys.KeyPair) e
 		return fmt.Errorf("nats_auth_callout: subscribing to %s: %w", natsauth.Subject, err)
 	}
 	d.callout = sub
+	if d.kicker != nil {
+		d.wg.Add(1)
+		go d.sweepExternal(runCtx)
+	}
 	pub, _ := issuer.PublicKey()
 	if d.kicker != nil {
 		d.log.Info("NATS auth callout: agents connect with their a2ad credential; revoked ones are cut off through the system account", "account", account, "issuer", pub)
@@ -173,12 +190,35 @@ func (d *Daemon) authorizeConnect(c natsauth.Connect) (natsauth.Grant, error) {
 		MaxSubscriptions: int64(d.Config.NATSLimits.serverLimits(len(d.Config.Agents)).MaxSubscriptions)}, nil
 }
 
+// externalSweepInterval is how often every instance looks, on an external
+// NATS with system_url, for connections of revoked credentials that the
+// sweeps right after a revocation missed (the system account's server was
+// down, a connection authorized in the same moment).
+const externalSweepInterval = 30 * time.Second
+
+// sweepExternal runs cutOffExternal every externalSweepInterval until ctx
+// ends.
+func (d *Daemon) sweepExternal(ctx context.Context) {
+	defer d.wg.Done()
+	t := time.NewTicker(externalSweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.cutOffExternal(ctx)
+		}
+	}
+}
+
 // cutOffExternal closes, on every server of the external NATS, the agent
 // connections a2ad's callout authorized whose credential is revoked now.
+// A failure is logged once per sweep; the next sweep tries again.
 func (d *Daemon) cutOffExternal(ctx context.Context) {
 	conns, err := d.kicker.Conns(ctx, "")
 	if err != nil {
-		d.log.Error("revoked credentials: listing agent connections through the system account failed", "err", err)
+		d.log.Error("revoked credentials: listing agent connections through the system account failed; trying again within 30 s", "err", err)
 	}
 	closed := map[string]int{}
 	for _, c := range conns {
@@ -188,8 +228,10 @@ func (d *Daemon) cutOffExternal(ctx context.Context) {
 		if err := d.kicker.Kick(ctx, c); errors.Is(err, natsauth.ErrConnGone) {
 			continue
 		} else if err != nil {
-			d.log.Warn("revoked credential: closing a connection failed", "agent", c.AgentID, "server", c.ServerID, "cid", c.CID, "err", err)
-			continue
+			// Not this connection's doing (no responders, no permission, a
+			// timeout): the others would fail alike.
+			d.log.Error("revoked credentials: closing connections through the system account failed; trying again within 30 s", "agent", c.AgentID, "server", c.ServerID, "err", err)
+			break
 		}
 		closed[c.AgentID]++
 	}

@@ -24,10 +24,26 @@ import (
 // and a2ad as its auth callout, without a system account user.
 func startCallout(t *testing.T) (*daemon.Daemon, string) {
 	t.Helper()
+	hostPort, seedFile := calloutNATS(t)
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0",
+		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile},
+		Agents:          []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d, "nats://" + hostPort
+}
+
+// calloutNATS runs a NATS server with deploy/nats-cluster/auth-callout.conf:
+// its host:port, and the issuer seed's file for a2ad.
+func calloutNATS(t *testing.T) (hostPort, seedFile string) {
+	t.Helper()
 	kp, _ := nkeys.CreateAccount()
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	seedFile := filepath.Join(t.TempDir(), "issuer.nk")
+	seedFile = filepath.Join(t.TempDir(), "issuer.nk")
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -39,16 +55,27 @@ func startCallout(t *testing.T) (*daemon.Daemon, string) {
 	t.Setenv("A2AD_SYSTEM_NATS_PASSWORD", "system-secret")
 	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
 	t.Setenv("A2AD_CALLOUT_ISSUER", pub)
-	hostPort := natstest.StartConfig(t, "include ./auth-callout.conf\n", map[string][]byte{"auth-callout.conf": conf})
-	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0",
-		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile},
-		Agents:          []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}},
-		slog.New(slog.NewTextHandler(io.Discard, nil)), true)
-	if err != nil {
-		t.Fatal(err)
+	return natstest.StartConfig(t, "include ./auth-callout.conf\n", map[string][]byte{"auth-callout.conf": conf}), seedFile
+}
+
+// Measured before: with system_url naming a user outside the system
+// account (a2ad's own), or a wrong password, a2ad started, said revoked
+// credentials would be cut off, and then closed nothing (every KICK: no
+// responders; or after a silent minute, "connection closed"). Now it
+// refuses to start, saying why.
+func TestAuthCalloutSystemURLMustBeAbleToClose(t *testing.T) {
+	hostPort, seedFile := calloutNATS(t)
+	for _, c := range []struct{ user, want string }{
+		{"a2ad:a2ad-secret", "nats_auth_callout.system_url nats://a2ad:xxxxx@" + hostPort + ": cannot close connections ($SYS.REQ.SERVER.<id>.KICK has no responders): the user is not in the server's system account"},
+		{"a2ad-system:guess", "nats_auth_callout.system_url nats://a2ad-system:xxxxx@" + hostPort + ": the NATS server refused the user and password of the URL (authorization violation)"},
+	} {
+		_, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(),
+			NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile, SystemURL: "nats://" + c.user + "@" + hostPort}},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("system_url with %s: %v\nwant %s", c.user, err, c.want)
+		}
 	}
-	t.Cleanup(d.Stop)
-	return d, "nats://" + hostPort
 }
 
 // Through the auth callout a connection lasts no longer than its

@@ -306,7 +306,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	d.keys.Store(d.AgentKeys)
 	if calloutIssuer != nil {
-		if err := d.startCallout(ctx, calloutIssuer, calloutXKey); err != nil {
+		if err := d.startCallout(ctx, runCtx, calloutIssuer, calloutXKey); err != nil {
 			return nil, err
 		}
 	}

@@ -355,6 +355,9 @@ func awaitNATS(ctx context.Context, nc *nats.Conn, t NATSTLSConfig) error {
 			if f := natsTLSFailure(t, nc.LastError()); f != nil {
 				return f
 			}
+			if errors.Is(nc.LastError(), nats.ErrAuthorization) {
+				return errors.New("the NATS server refused the user and password of the URL (authorization violation)")
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline:

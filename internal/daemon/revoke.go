@@ -199,7 +199,7 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 			return time.Time{}, fmt.Errorf("%w: %w", ErrRevocationInvalid, agentcred.ErrTooManyRevoked)
 		}
 		b, _ := json.Marshal(credentialRevocation{RevokedAt: time.Now().UTC()})
-		if _, err := d.revocationsKV.Put(ctx, "cred."+agentID+"."+jti, b); err != nil {
+		if err := jsretry.Do(ctx, revokeRetry, func() error { _, err := d.revocationsKV.Put(ctx, "cred."+agentID+"."+jti, b); return err }); err != nil {
 			return time.Time{}, fmt.Errorf("storing the revocation: %w", err)
 		}
 		d.revocations.AddCredential(agentID, jti) // here at once; the watcher applies it again
@@ -212,17 +212,18 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 		if err := ctx.Err(); err != nil {
 			return time.Time{}, err
 		}
-		e, err := d.revocationsKV.Get(ctx, key)
+		var e jetstream.KeyValueEntry
+		err := jsretry.Do(ctx, revokeRetry, func() (err error) { e, err = d.revocationsKV.Get(ctx, key); return err })
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			_, err = d.revocationsKV.Create(ctx, key, b)
+			err = jsretry.Do(ctx, revokeRetry, func() error { _, err := d.revocationsKV.Create(ctx, key, b); return err })
 		case err == nil:
 			var cur agentRevocation
 			if json.Unmarshal(e.Value(), &cur) == nil && !cur.RevokedBefore.Before(before) {
 				before = cur.RevokedBefore // another instance revoked as late or later
 				break
 			}
-			_, err = d.revocationsKV.Update(ctx, key, b, e.Revision())
+			err = jsretry.Do(ctx, revokeRetry, func() error { _, err := d.revocationsKV.Update(ctx, key, b, e.Revision()); return err })
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
 			continue // another instance wrote it meanwhile: read again
@@ -241,6 +242,11 @@ func (d *Daemon) Revoke(ctx context.Context, agentID, jti string) (time.Time, er
 	}
 	return before, nil
 }
+
+// revokeRetry is how long a revocation's writes are retried through a
+// cluster's leader election (a node down: "no responders" for a few
+// seconds) before the operator gets the error.
+const revokeRetry = 15 * time.Second
 
 // isWrongSequence reports a KV update refused for a stale revision.
 func isWrongSequence(err error) bool {

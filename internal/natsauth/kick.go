@@ -2,6 +2,7 @@ package natsauth
 
 import (
 	"cmp"
+	"math"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,7 +170,7 @@ func (k *Kicker) ask(ctx context.Context, subject string, req any) (serverRespon
 
 func decodeResponse(m *nats.Msg) (serverResponse, error) {
 	if m.Header.Get("Status") == "503" {
-		return serverResponse{}, errors.New("system account: no responders (is the user in the system account?)")
+		return serverResponse{}, fmt.Errorf("system account: %w (is the user in the system account?)", nats.ErrNoResponders)
 	}
 	var r serverResponse
 	if err := json.Unmarshal(m.Data, &r); err != nil {
@@ -182,6 +183,32 @@ func decodeResponse(m *nats.Msg) (serverResponse, error) {
 		r.Data = &connz{}
 	}
 	return r, nil
+}
+
+// Check proves that the connection can list and close connections on
+// the servers: that its user is in the system account and may publish
+// $SYS.REQ.SERVER.PING.CONNZ and $SYS.REQ.SERVER.<id>.KICK. (An ordinary
+// account's users can list their own account's connections too — the
+// server imports CONNZ into every account — but not close any.) It asks
+// one server to close a connection that does not exist and expects the
+// server's "no such client" answer.
+func (k *Kicker) Check(ctx context.Context) error {
+	rs, err := k.gather(ctx, "$SYS.REQ.SERVER.PING.CONNZ", connzRequest{Account: k.Account, Limit: 1})
+	if err != nil {
+		return err
+	}
+	err = k.Kick(ctx, Conn{ServerID: rs[0].Server.ID, CID: math.MaxUint64})
+	switch {
+	case errors.Is(err, ErrConnGone):
+		return nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return errors.New("cannot close connections ($SYS.REQ.SERVER.<id>.KICK has no responders): the user is not in the server's system account")
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return errors.New("cannot close connections (no answer to $SYS.REQ.SERVER.<id>.KICK): is the user allowed to publish $SYS.REQ.SERVER.*.KICK?")
+	case err == nil:
+		return errors.New("cannot tell whether it can close connections: $SYS.REQ.SERVER.<id>.KICK answered without an error for a connection that does not exist")
+	}
+	return fmt.Errorf("cannot close connections: %w", err)
 }
 
 // ErrConnGone is returned by [Kicker.Kick] for a connection its server no

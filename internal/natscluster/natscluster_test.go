@@ -2,16 +2,19 @@ package natscluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,11 +401,14 @@ func TestDeployConfigsWithTLS(t *testing.T) {
 
 // TestDeployConfigsWithAuthCallout runs the shipped configs with
 // auth-callout.conf included and a2ad, on node 1, as the callout service
-// with its system account user: an agent on node 3 connects with its a2ad
-// credential alone (the authorization request crosses the routes), a
-// forged credential is refused on node 2, and revoking the agent's
-// credentials through a2ad closes its live connection on node 3 within
-// seconds, after which it is refused at connect.
+// with its system account user (system_url listing every node, as the
+// docs say): an agent on node 3 connects with its a2ad credential alone
+// (the authorization request crosses the routes), a forged credential is
+// refused on node 2, and — after the node that holds a2ad's system
+// connection is killed (measured before: with system_url naming one node,
+// that node down left revoked connections open for good) — revoking the
+// agent's credentials through a2ad closes its live connections on the
+// nodes left within seconds, after which it is refused at connect.
 func TestDeployConfigsWithAuthCallout(t *testing.T) {
 	dir := filepath.Join("..", "..", "deploy", "nats-cluster")
 	callout, err := os.ReadFile(filepath.Join(dir, "auth-callout.conf"))
@@ -446,9 +452,15 @@ func TestDeployConfigsWithAuthCallout(t *testing.T) {
 		}
 	}
 	c.waitReady()
-	host := func(i int) string { return strings.TrimPrefix(c.URL(i), "nats://") }
-	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + host(0), DataDir: t.TempDir(), Replicas: 3,
-		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile, SystemURL: "nats://a2ad-system:system-secret@" + host(0)}},
+	urls := func(user string) string {
+		var us []string
+		for i := range c.N() {
+			us = append(us, "nats://"+user+"@"+strings.TrimPrefix(c.URL(i), "nats://"))
+		}
+		return strings.Join(us, ",")
+	}
+	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: urls("a2ad:a2ad-secret"), DataDir: t.TempDir(), Replicas: 3,
+		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile, SystemURL: urls("a2ad-system:system-secret")}},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
 	if err != nil {
 		t.Fatal(err)
@@ -458,39 +470,79 @@ func TestDeployConfigsWithAuthCallout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := make(chan time.Time, 1)
-	agent, err := nats.Connect(c.URL(2), nats.Token(cred), nats.CustomInboxPrefix("_INBOX_fraud-review"), nats.MaxReconnects(0),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}), // the closing violation is expected
-		nats.DisconnectErrHandler(func(*nats.Conn, error) {
-			select {
-			case lost <- time.Now():
-			default:
-			}
-		}))
-	if err != nil {
-		t.Fatalf("agent on node 3 with its a2ad credential: %v", err)
+	lost := make([]chan struct{}, c.N()) // closed when the agent's connection to node i is lost
+	for i := range c.N() {
+		lost[i] = make(chan struct{})
+		var once sync.Once
+		agent, err := nats.Connect(c.URL(i), nats.Token(cred), nats.CustomInboxPrefix("_INBOX_fraud-review"), nats.MaxReconnects(0),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}), // the closing violation is expected
+			nats.DisconnectErrHandler(func(*nats.Conn, error) { once.Do(func() { close(lost[i]) }) }))
+		if err != nil {
+			t.Fatalf("agent on node %d with its a2ad credential: %v", i+1, err)
+		}
+		defer agent.Close()
 	}
-	defer agent.Close()
 	if nc, err := nats.Connect(c.URL(1), nats.Token("forged"), nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
 		}
 		t.Fatalf("forged credential on node 2: %v, want an authorization violation", err)
 	}
-	revoked := time.Now()
+	// Kill the node of a2ad's system connection.
+	system := -1
+	for i := range c.N() {
+		var z struct {
+			Conns []struct {
+				User string `json:"authorized_user"`
+			} `json:"connections"`
+		}
+		if err := getJSON(c.nodes[i].monitorURL+"/connz?acc=SYS&auth=1", &z); err != nil {
+			t.Fatal(err)
+		}
+		for _, cn := range z.Conns {
+			if cn.User == "a2ad-system" {
+				system = i
+			}
+		}
+	}
+	if system < 0 {
+		t.Fatal("no node has a2ad's system connection")
+	}
+	c.Kill(system)
+	<-lost[system]
+	// The write waits out the election of streams whose leader was on the
+	// node killed (Revoke retries it); from then on the cut-off is a2ad's.
+	asked := time.Now()
 	if _, err := d.Revoke(context.Background(), "fraud-review", ""); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case at := <-lost:
-		t.Logf("agent's connection on node 3 closed %s after the revocation through node 1", at.Sub(revoked).Round(time.Millisecond))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the revoked agent's connection on node 3 still open 5 s after the revocation")
+	revoked := time.Now()
+	for i := range c.N() {
+		if i == system {
+			continue
+		}
+		select {
+		case <-lost[i]:
+			t.Logf("agent's connection on node %d closed %s after the revocation was stored (%s after it was asked for; node %d, a2ad's system connection's, down)",
+				i+1, time.Since(revoked).Round(time.Millisecond), time.Since(asked).Round(time.Millisecond), system+1)
+		case <-time.After(5*time.Second - time.Since(revoked)):
+			t.Fatalf("the revoked agent's connection on node %d still open 5 s after the revocation was stored", i+1)
+		}
 	}
-	if nc, err := nats.Connect(c.URL(2), nats.Token(cred), nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
+	survivor := (system + 1) % c.N()
+	if nc, err := nats.Connect(c.URL(survivor), nats.Token(cred), nats.MaxReconnects(0)); !errors.Is(err, nats.ErrAuthorization) {
 		if nc != nil {
 			nc.Close()
 		}
-		t.Fatalf("revoked credential on node 3: %v, want an authorization violation", err)
+		t.Fatalf("revoked credential on node %d: %v, want an authorization violation", survivor+1, err)
 	}
+}
+
+func getJSON(url string, v any) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
 }
