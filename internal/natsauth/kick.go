@@ -2,11 +2,11 @@ package natsauth
 
 import (
 	"cmp"
-	"math"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
