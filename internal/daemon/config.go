@@ -436,13 +436,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// LoadConfig reads a YAML configuration file strictly: an unknown key is an
-// error naming its line.
+// LoadConfig reads a YAML configuration file strictly. Every unknown key
+// is refused at once, each a [*KeyError] naming the key, its line and the
+// known key it most likely stands for ("did you mean http_addr?"); so are
+// an empty auth.audience and unknown scope names in principal.scopes, all
+// in one [*FileError].
 func LoadConfig(path string) (Config, error) {
 	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if errs := checkKeys(&doc); len(errs) > 0 {
+		return c, &FileError{Path: path, Errs: errs}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -451,3 +461,19 @@ func LoadConfig(path string) (Config, error) {
 	}
 	return c, nil
 }
+
+// FileError is every fault found in one configuration file.
+type FileError struct {
+	Path string
+	Errs []error // each a [*KeyError]
+}
+
+func (e *FileError) Error() string {
+	msgs := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		msgs[i] = err.Error()
+	}
+	return "config " + e.Path + ": " + strings.Join(msgs, "; ")
+}
+
+func (e *FileError) Unwrap() []error { return e.Errs }

@@ -106,6 +106,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if err := cfg.checkLimits(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkPrincipal(); err != nil {
+		return nil, err
+	}
 	if serveHTTP {
 		if err := cfg.TLS.check(); err != nil {
 			return nil, err
