@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/internal/daemon"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/spf13/cobra"
 )
 
@@ -121,7 +121,7 @@ func newServe() *cobra.Command {
 			log.Info("a2ad serving", "nats", daemon.RedactURLs(d.NATSURL), "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
 			go reloadOnHUP(ctx, d, log, hup)
 			if stdio {
-				err := d.MCP.Run(ctx, &mcp.StdioTransport{})
+				err := d.MCP.Run(ctx, &mcpedge.StdioTransport{})
 				if ctx.Err() == nil && err != nil {
 					return err
 				}
