@@ -386,14 +386,15 @@ func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in Delega
 }
 
 func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration) (*mcp.CallToolResult, TaskOutput, error) {
-	return e.waitUntil(ctx, req, p, r, d, nil)
+	return e.waitUntil(ctx, req, p, r, d, 0, nil)
 }
 
 // waitUntil is wait with its own end condition (nil: terminal or
-// interrupted).
-func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration, done func(*task.Record) bool) (*mcp.CallToolResult, TaskOutput, error) {
+// interrupted), whose progress notifications count on from progress (the
+// last value the call sent before an input request; 0 for a new call).
+func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration, progress int, done func(*task.Record) bool) (*mcp.CallToolResult, TaskOutput, error) {
 	token := req.Params.GetProgressToken()
-	n := 0
+	n := progress
 	notify := func(r *task.Record) {
 		if token == nil || req.Session == nil {
 			return
@@ -443,7 +444,7 @@ func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker
 	// by that read still goes out, so the last notification names the
 	// state the result carries.
 	changed(got)
-	if res, ok := e.askResult(req, p, got); ok {
+	if res, ok := e.askResult(req, p, got, n); ok {
 		return res, TaskOutput{}, nil
 	}
 	return nil, view(got, time.Since(start) >= d), nil
