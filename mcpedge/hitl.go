@@ -64,6 +64,7 @@ type stateClaims struct {
 	Turn     int    `json:"u"`
 	Exp      int64  `json:"e"`
 	Progress int    `json:"p,omitempty"`
+	Data     string `json:"d,omitempty"` // what a conformance tool carries to its next round
 }
 
 // sealState returns "<claims>.<HMAC-SHA256>", both base64url: integrity-

@@ -55,6 +55,10 @@ type Options struct {
 	// Tracer, if set, starts a server span per MCP request, a child of the
 	// trace context in the request's _meta (traceparent, tracestate).
 	Tracer trace.Tracer
+	// ConformanceTools adds the MCP conformance suite's input-request test
+	// tools (test_input_required_result_*; see conformance.go) to a2ad's
+	// own, for .ci/conformance. Never for production.
+	ConformanceTools bool
 	// Stopping, if set, is closed when the server begins to shut down:
 	// calls waiting for a task return it as it is at once (the task goes
 	// on; the host follows it with task_get on another instance).
@@ -127,6 +131,9 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 		Description: "Cancels a delegated task: the agent is sent CancelTask and the task ends canceled (even if the agent does not answer). Cancelling a task that already ended is an error (task_ended) and changes nothing.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(true)},
 	}, e.taskCancel)
+	if opts.ConformanceTools {
+		e.addConformanceTools(s)
+	}
 	s.AddReceivingMiddleware(refuseUndeclared, scopeFilter(e.principalOf))
 	if opts.Tracer != nil {
 		s.AddReceivingMiddleware(traceMiddleware(opts.Tracer))

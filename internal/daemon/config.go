@@ -115,6 +115,11 @@ type Config struct {
 	// whose one principal is the operator's own. Zero fields take
 	// [mcpedge.DefaultRateLimits].
 	RateLimits mcpedge.RateLimits `yaml:"rate_limits"`
+	// ConformanceTools adds the MCP conformance suite's input-request test
+	// tools (test_input_required_result_*) to a2ad's MCP server, for
+	// .ci/conformance only (flag --conformance-tools; no configuration
+	// key: never for a deployment).
+	ConformanceTools bool `yaml:"-"`
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
