@@ -175,7 +175,26 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 	get := func(*http.Request) *mcp.Server { return s }
 	stateful := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: 30 * time.Minute})
 	stateless := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: log, Stateless: true})
+	var cx cancellations
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && r.Method == http.MethodPost {
+			r, c, err := peek(r)
+			if err != nil {
+				bodyError(w, err)
+				return
+			}
+			switch {
+			case c.cancels != "":
+				cx.cancel(sessionCall{sid, c.cancels})
+			case c.id != "" && c.batch == 0:
+				k := sessionCall{sid, c.id}
+				cx.begin(k)
+				defer cx.end(k)
+				w = &dropCancelled{ResponseWriter: w, cx: &cx, key: k}
+			}
+			stateful.ServeHTTP(w, r)
+			return
+		}
 		if r.Header.Get("Mcp-Session-Id") != "" || r.Method != http.MethodPost {
 			stateful.ServeHTTP(w, r)
 			return
