@@ -60,6 +60,7 @@ func testDeclaredCapabilities(t *testing.T, era string) {
 			_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "x"}, Argument: mcp.CompleteParamsArgument{Name: "a", Value: "b"}})
 			return err
 		},
+		//lint:ignore SA1019 the method a2ad must refuse is the deprecated one
 		"logging/setLevel": func() error { return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}) },
 	}
 	if era >= "2026-07-28" {

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the conformance suite's SEP-2322 scenarios ask for sampling and roots input requests, which SEP-2577 deprecates but 2026-07-28 still has
+
 package mcpedge
 
 import (
