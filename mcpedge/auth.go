@@ -562,6 +562,10 @@ type readCloser struct {
 type call struct {
 	method, tool string
 	batch        int
+	// id is a call's JSON-RPC id, canonical ([canonicalID]; "" for a
+	// notification); cancels, for notifications/cancelled, the id of the
+	// call cancelled.
+	id, cancels string
 }
 
 type callKey struct{}
@@ -609,6 +613,15 @@ func parseCall(body []byte) call {
 	var c call
 	if json.Unmarshal(body, &m) != nil || json.Unmarshal(m["method"], &c.method) != nil || foldedDuplicate(m, "method") {
 		return call{}
+	}
+	c.id = canonicalID(m["id"])
+	if c.method == "notifications/cancelled" {
+		var params struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(m["params"], &params) == nil {
+			c.cancels = canonicalID(params.RequestID)
+		}
 	}
 	if c.method != "tools/call" {
 		return c

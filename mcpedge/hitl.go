@@ -15,6 +15,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -36,18 +37,34 @@ const RequestStateTTL = 15 * time.Minute
 // principal for this question (tampered, expired, another tenant's).
 var ErrRequestState = errors.New("request state not valid")
 
+// requestStateError is what a host gets for a request state a2ad cannot
+// verify: a JSON-RPC error, -32602 (invalid params), not a tool result
+// (SEP-2322: a server MUST verify requestState and reject one it did not
+// issue, or that was changed, with an error). It names no cause beyond
+// that: which check failed is not for the sender to probe.
+func requestStateError() *jsonrpc.Error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: "requestState not valid: a2ad did not issue it to this caller, it was changed, or it expired (" + RequestStateTTL.String() + "); call the tool again without requestState and inputResponses"}
+}
+
 // answerSchema is the form the user fills in: one answer string.
 var answerSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string","title":"Answer","description":"Your answer to the agent's question"}},"required":["answer"]}`)
 
 // stateClaims are what a request state binds: the task, the principal and
-// the turn the question belongs to, and an expiry (Unix seconds).
+// the turn the question belongs to, and an expiry (Unix seconds); and the
+// last progress value the call sent, so that the retry goes on counting
+// from it (MCP basic/utilities/progress: the value MUST increase with each
+// notification, and the retry of an input request is the same call to the
+// host).
 type stateClaims struct {
-	Kind    string `json:"k,omitempty"` // "" a question, "auth" an authorization request
-	Task    string `json:"t"`
-	Tenant  string `json:"n"`
-	Subject string `json:"s"`
-	Turn    int    `json:"u"`
-	Exp     int64  `json:"e"`
+	Kind     string `json:"k,omitempty"` // "" a question, "auth" an authorization request
+	Task     string `json:"t"`
+	Tenant   string `json:"n"`
+	Subject  string `json:"s"`
+	Turn     int    `json:"u"`
+	Exp      int64  `json:"e"`
+	Progress int    `json:"p,omitempty"`
+	Data     string `json:"d,omitempty"` // what a conformance tool carries to its next round
 }
 
 // sealState returns "<claims>.<HMAC-SHA256>", both base64url: integrity-
@@ -96,12 +113,13 @@ func canAsk(req *mcp.CallToolRequest) bool {
 
 // askResult turns an input-required task into an input request for a host
 // that can ask its user; ok is false when the host cannot, or the task is
-// not waiting for an answer.
-func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.Record) (*mcp.CallToolResult, bool) {
+// not waiting for an answer. progress is the last progress value the call
+// sent.
+func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.Record, progress int) (*mcp.CallToolResult, bool) {
 	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) || !slices.Contains(p.Scopes, ScopeDelegate) {
 		return nil, false // answering needs a2a:delegate, as task_respond does
 	}
-	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix()}
+	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix(), Progress: progress}
 	// The agent's text is data for the user, quoted.
 	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
 		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
@@ -138,20 +156,32 @@ var authSchema = json.RawMessage(`{"type":"object","properties":{"done":{"type":
 // resume handles the retry of a call that returned an input request: the
 // user's answer goes to the agent (as task_respond would send it) and the
 // call waits again. A declined or cancelled request returns the task as it
-// is, question included, for the host to answer with task_respond.
+// is, question included, for the host to answer with task_respond. A retry
+// without the response asked for (no inputResponses "answer", or one that
+// is not an elicitation result) gets the input request again while the
+// task still waits on that question (SEP-2322: a server SHOULD ask again
+// rather than fail). A request state a2ad cannot verify is a JSON-RPC
+// error ([requestStateError]).
 func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int) (*mcp.CallToolResult, TaskOutput, error) {
 	if !slices.Contains(p.Scopes, ScopeDelegate) {
 		return nil, TaskOutput{}, &ToolError{Code: "insufficient_scope", Msg: "answering a question needs scope " + ScopeDelegate, Err: errors.New("insufficient scope")}
 	}
 	c, err := openState(e.stateKey, p, req.Params.RequestState, time.Now())
 	if err != nil {
-		return nil, TaskOutput{}, &ToolError{Code: "invalid_argument", Msg: err.Error(), Err: err}
+		return nil, TaskOutput{}, requestStateError()
 	}
 	r, err := e.svc.Get(ctx, p, c.Task)
 	if err != nil {
 		return nil, TaskOutput{}, e.toolError(err)
 	}
 	resp, _ := req.Params.InputResponses[AnswerInput].(*mcp.ElicitResult)
+	if resp == nil {
+		still := r.Turns == c.Turn && (c.Kind == "auth") == (r.State == task.AuthRequired)
+		if res, ok := e.askResult(req, p, r, c.Progress); ok && still {
+			return res, TaskOutput{}, nil
+		}
+		return nil, view(r, false), nil
+	}
 	if c.Kind == "auth" {
 		if resp == nil || resp.Action != "accept" {
 			return nil, view(r, false), nil
@@ -159,7 +189,7 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 		// Nothing is sent: the agent goes on once authorized. Wait for the
 		// task to leave auth-required (or end).
 		left := false
-		return e.waitUntil(ctx, req, p, r, waitFor(wait), func(r *task.Record) bool {
+		return e.waitUntil(ctx, req, p, r, waitFor(wait), c.Progress, func(r *task.Record) bool {
 			left = left || r.State != task.AuthRequired
 			return r.State.Terminal() || (left && r.State.Interrupted())
 		})
@@ -178,5 +208,5 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 	if r, err = e.svc.Respond(ctx, p, c.Task, answer); err != nil {
 		return nil, TaskOutput{}, e.toolError(err)
 	}
-	return e.wait(ctx, req, p, r, waitFor(wait))
+	return e.waitUntil(ctx, req, p, r, waitFor(wait), c.Progress, nil)
 }

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/internal/daemon"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/spf13/cobra"
 )
 
@@ -84,6 +84,7 @@ func newServe() *cobra.Command {
 			override("nats-ca", &cfg.NATSTLS.CAFile, o.NATSTLS.CAFile)
 			override("nats-client-cert", &cfg.NATSTLS.ClientCertFile, o.NATSTLS.ClientCertFile)
 			override("nats-client-key", &cfg.NATSTLS.ClientKeyFile, o.NATSTLS.ClientKeyFile)
+			cfg.ConformanceTools = o.ConformanceTools
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line
@@ -124,7 +125,7 @@ func newServe() *cobra.Command {
 			log.Info("a2ad serving", "nats", daemon.RedactURLs(d.NATSURL), "mcp", mcpURL(d), "data_dir", d.Config.DataDir)
 			go reloadOnHUP(ctx, d, log, hup)
 			if stdio {
-				err := d.MCP.Run(ctx, &mcp.StdioTransport{})
+				err := d.MCP.Run(ctx, &mcpedge.StdioTransport{})
 				if ctx.Err() == nil && err != nil {
 					return err
 				}
@@ -151,6 +152,7 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.NATSTLS.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the --nats-url server; TLS only (nats_tls.ca_file)")
 	f.StringVar(&o.NATSTLS.ClientCertFile, "nats-client-cert", "", "client certificate (PEM) a2ad presents to the --nats-url server (nats_tls.client_cert_file)")
 	f.StringVar(&o.NATSTLS.ClientKeyFile, "nats-client-key", "", "private key (PEM) of --nats-client-cert (nats_tls.client_key_file)")
+	f.BoolVar(&o.ConformanceTools, "conformance-tools", false, "add the MCP conformance suite's input-request test tools (test_input_required_result_*) for .ci/conformance; never in production")
 	return cmd
 }
 

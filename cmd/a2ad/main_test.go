@@ -322,7 +322,7 @@ func TestServeRefusesUnknownConfigKey(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "bad.yaml")
 	_ = os.WriteFile(p, []byte("agentz: []\n"), 0o600)
 	out, err := exec.Command(bin, "serve", "--config", p, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "field agentz not found") {
+	if err == nil || !strings.Contains(string(out), "line 1: unknown key agentz (did you mean agents?)") {
 		t.Errorf("got %v: %s", err, out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/a2ad/a2ad/mcpedge"
@@ -40,6 +41,12 @@ func newToken() *cobra.Command {
 			"Scopes: a2a:read (agents_list, task_get), a2a:delegate (delegate, task_respond, task_cancel), a2a:admin (/v1/).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if strings.TrimSpace(scope) == "" {
+				return errors.New("token mint: --scope is empty: name one or more of " + strings.Join(mcpedge.KnownScopes, ", "))
+			}
+			if err := mcpedge.CheckScopes(strings.Fields(scope)); err != nil {
+				return fmt.Errorf("token mint: --scope: %w", err)
+			}
 			if audience == "" {
 				audience = devAudience(dataDir)
 			}

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -437,18 +439,29 @@ func TestRequestStateIsBoundAndProtected(t *testing.T) {
 		t.Fatalf("want an input request with a request state: %v %+v", err, res)
 	}
 	answer := mcp.InputResponseMap{mcpedge.AnswerInput: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}}
-	retry := func(cs *mcp.ClientSession, state string) *mcp.CallToolResult {
-		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": "ignored"},
+	call := func(cs *mcp.ClientSession, state string) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": "ignored"},
 			InputResponses: answer, RequestState: state})
+	}
+	retry := func(cs *mcp.ClientSession, state string) *mcp.CallToolResult {
+		r, err := call(cs, state)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
+	// A state a2ad cannot verify is a JSON-RPC error (SEP-2322), not a
+	// tool result.
 	tampered := res.RequestState[:len(res.RequestState)-2] + "AA"
-	for name, r := range map[string]*mcp.CallToolResult{"tampered": retry(alice, tampered), "another tenant": retry(mallory, res.RequestState)} {
-		if !r.IsError || !strings.HasPrefix(r.Content[0].(*mcp.TextContent).Text, "invalid_argument: request state not valid") {
-			t.Errorf("%s state: %+v", name, r.Content)
+	for name, c := range map[string]struct {
+		cs    *mcp.ClientSession
+		state string
+	}{"tampered": {alice, tampered}, "another tenant": {mallory, res.RequestState}, "not a state": {alice, "x"}} {
+		r, err := call(c.cs, c.state)
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams ||
+			we.Message != "requestState not valid: a2ad did not issue it to this caller, it was changed, or it expired (15m0s); call the tool again without requestState and inputResponses" {
+			t.Errorf("%s state: %v %+v, want JSON-RPC error -32602", name, err, r)
 		}
 	}
 	if n := p.s.agent.Stats(); n.BriefsReceived != 1 {

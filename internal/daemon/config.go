@@ -122,6 +122,11 @@ type Config struct {
 	// whose one principal is the operator's own. Zero fields take
 	// [mcpedge.DefaultRateLimits].
 	RateLimits mcpedge.RateLimits `yaml:"rate_limits"`
+	// ConformanceTools adds the MCP conformance suite's input-request test
+	// tools (test_input_required_result_*) to a2ad's MCP server, for
+	// .ci/conformance only (flag --conformance-tools; no configuration
+	// key: never for a deployment).
+	ConformanceTools bool `yaml:"-"`
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
@@ -443,13 +448,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// LoadConfig reads a YAML configuration file strictly: an unknown key is an
-// error naming its line.
+// LoadConfig reads a YAML configuration file strictly. Every unknown key
+// is refused at once, each a [*KeyError] naming the key, its line and the
+// known key it most likely stands for ("did you mean http_addr?"); so are
+// an empty auth.audience and unknown scope names in principal.scopes, all
+// in one [*FileError].
 func LoadConfig(path string) (Config, error) {
 	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if errs := checkKeys(&doc); len(errs) > 0 {
+		return c, &FileError{Path: path, Errs: errs}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -458,3 +473,19 @@ func LoadConfig(path string) (Config, error) {
 	}
 	return c, nil
 }
+
+// FileError is every fault found in one configuration file.
+type FileError struct {
+	Path string
+	Errs []error // each a [*KeyError]
+}
+
+func (e *FileError) Error() string {
+	msgs := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		msgs[i] = err.Error()
+	}
+	return "config " + e.Path + ": " + strings.Join(msgs, "; ")
+}
+
+func (e *FileError) Unwrap() []error { return e.Errs }

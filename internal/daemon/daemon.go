@@ -113,6 +113,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if err := cfg.checkLimits(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkPrincipal(); err != nil {
+		return nil, err
+	}
 	if serveHTTP {
 		if err := cfg.TLS.check(); err != nil {
 			return nil, err
@@ -430,7 +433,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	stopping := make(chan struct{})
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
-		Stopping: stopping})
+		Stopping: stopping, ConformanceTools: cfg.ConformanceTools})
 	if serveHTTP {
 		natsConns := 0 // the embedded server's clients hold files of this process too
 		if d.ns != nil {
