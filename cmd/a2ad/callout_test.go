@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,34 +10,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 )
-
-// startCalloutNATS runs a NATS server with deploy/nats-cluster/auth-callout.conf
-// as shipped and the environment it names; it returns the server's
-// host:port and the file with the issuer's seed for a2ad.
-func startCalloutNATS(t *testing.T) (hostPort, issuerSeedFile string) {
-	t.Helper()
-	kp, err := nkeys.CreateAccount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed, _ := kp.Seed()
-	pub, _ := kp.PublicKey()
-	issuerSeedFile = filepath.Join(t.TempDir(), "callout-issuer.nk")
-	if err := os.WriteFile(issuerSeedFile, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "auth-callout.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
-	t.Setenv("A2AD_SYSTEM_NATS_PASSWORD", "system-secret")
-	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
-	t.Setenv("A2AD_CALLOUT_ISSUER", pub)
-	return natstest.StartConfig(t, "include ./auth-callout.conf\n", map[string][]byte{"auth-callout.conf": conf}), issuerSeedFile
-}
 
 // Measured before: on an external NATS a revoked credential's agent stayed
 // connected (a2ad had no hold on its NATS user), so revoking could only
@@ -52,7 +23,7 @@ func startCalloutNATS(t *testing.T) (hostPort, issuerSeedFile string) {
 // the agent's other credential keeps working; revoking all of them cuts
 // off the rest without quarantining the agent.
 func TestAuthCalloutCutsOffRevokedCredentialsOnExternalNATS(t *testing.T) {
-	hostPort, seedFile := startCalloutNATS(t)
+	hostPort, seedFile := natstest.StartAuthCallout(t)
 	natsURL := "nats://" + hostPort
 	cfg := configFile(t, "nats_auth_callout:\n  issuer_seed_file: "+seedFile+"\n")
 	// The system account's URL from the environment, as the docs say: it

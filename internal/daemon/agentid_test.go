@@ -439,6 +439,25 @@ func startAccountsConf(t *testing.T) string {
 	return natstest.StartConfig(t, "include ./accounts.conf\n", map[string][]byte{"accounts.conf": accounts})
 }
 
+// runFraudReview runs the reference agent fraud-review on nc with
+// credential cred until the test ends, and waits until d has it approved
+// and delegable.
+func runFraudReview(t *testing.T, d *daemon.Daemon, nc *nats.Conn, cred string) {
+	t.Helper()
+	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	waitFor(t, "fraud-review to register", func() bool {
+		rec, err := d.Service.Agents.Get(context.Background(), "fraud-review")
+		return err == nil && rec.Status == agentcard.StatusApproved && rec.Delegable
+	})
+}
+
 // deploy/nats-cluster/accounts.conf gives an external NATS the same
 // per-agent permissions: a2ad and the reference agent work through it, and
 // the agent's NATS user cannot touch another agent's subjects or JetStream.
@@ -460,18 +479,7 @@ func TestDeployAccountsConfConfinesAgentsOnExternalNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Stop()
-	waitFor(t, "fraud-review to register through its NATS user", func() bool {
-		rec, err := d.Service.Agents.Get(context.Background(), "fraud-review")
-		return err == nil && rec.Status == agentcard.StatusApproved && rec.Delegable
-	})
+	runFraudReview(t, d, nc, cred)
 	for _, subj := range []string{natsbind.AgentSubjects("other"), "_INBOX_other.>", "$KV.a2ad_tasks.>", "_A2AD_INBOX.>"} {
 		if _, err := nc.Subscribe(subj, func(*nats.Msg) {}); err != nil {
 			t.Fatal(err)

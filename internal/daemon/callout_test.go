@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natstest"
@@ -24,7 +23,7 @@ import (
 // and a2ad as its auth callout, without a system account user.
 func startCallout(t *testing.T) (*daemon.Daemon, string) {
 	t.Helper()
-	hostPort, seedFile := calloutNATS(t)
+	hostPort, seedFile := natstest.StartAuthCallout(t)
 	d, err := daemon.Start(context.Background(), daemon.Config{NATSURL: "nats://a2ad:a2ad-secret@" + hostPort, DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0",
 		NATSAuthCallout: daemon.NATSAuthCalloutConfig{IssuerSeedFile: seedFile},
 		Agents:          []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}}},
@@ -36,35 +35,13 @@ func startCallout(t *testing.T) (*daemon.Daemon, string) {
 	return d, "nats://" + hostPort
 }
 
-// calloutNATS runs a NATS server with deploy/nats-cluster/auth-callout.conf:
-// its host:port, and the issuer seed's file for a2ad.
-func calloutNATS(t *testing.T) (hostPort, seedFile string) {
-	t.Helper()
-	kp, _ := nkeys.CreateAccount()
-	seed, _ := kp.Seed()
-	pub, _ := kp.PublicKey()
-	seedFile = filepath.Join(t.TempDir(), "issuer.nk")
-	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nats-cluster", "auth-callout.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("A2AD_NATS_PASSWORD", "a2ad-secret")
-	t.Setenv("A2AD_SYSTEM_NATS_PASSWORD", "system-secret")
-	t.Setenv("SYS_NATS_PASSWORD", "sys-secret")
-	t.Setenv("A2AD_CALLOUT_ISSUER", pub)
-	return natstest.StartConfig(t, "include ./auth-callout.conf\n", map[string][]byte{"auth-callout.conf": conf}), seedFile
-}
-
 // Measured before: with system_url naming a user outside the system
 // account (a2ad's own), or a wrong password, a2ad started, said revoked
 // credentials would be cut off, and then closed nothing (every KICK: no
 // responders; or after a silent minute, "connection closed"). Now it
 // refuses to start, saying why.
 func TestAuthCalloutSystemURLMustBeAbleToClose(t *testing.T) {
-	hostPort, seedFile := calloutNATS(t)
+	hostPort, seedFile := natstest.StartAuthCallout(t)
 	for _, c := range []struct{ user, want string }{
 		{"a2ad:a2ad-secret", "nats_auth_callout.system_url nats://a2ad:xxxxx@" + hostPort + ": cannot close connections ($SYS.REQ.SERVER.<id>.KICK has no responders): the user is not in the server's system account"},
 		{"a2ad-system:guess", "nats_auth_callout.system_url nats://a2ad-system:xxxxx@" + hostPort + ": the NATS server refused the user and password of the URL (authorization violation)"},
@@ -109,18 +86,7 @@ func TestAuthCalloutConnectionEndsWithItsCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer anc.Close()
-	agent, err := refagent.New(anc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Credential: cred})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Stop()
-	waitFor(t, "fraud-review to register through the callout", func() bool {
-		rec, err := s.d.Service.Agents.Get(context.Background(), "fraud-review")
-		return err == nil && rec.Status == agentcard.StatusApproved && rec.Delegable
-	})
+	runFraudReview(t, s.d, anc, cred)
 	if code, b := s.adminPost(t, "/v1/agents/fraud-review/revoke", `{}`); code != 200 || !strings.Contains(string(b), `"quarantined": true`) {
 		t.Fatalf("revoke all without a system account user: %d %s, want quarantined", code, b)
 	}
