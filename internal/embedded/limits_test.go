@@ -240,12 +240,17 @@ func TestMaxPendingClosesTheSlowConsumerOnly(t *testing.T) {
 	pub := connect(t, s)
 	const n = 48 // 48 MiB for a reader that reads nothing
 	chunk := make([]byte, MaxPayload-1024)
-	for range n {
+	for i := range n {
 		if err := pub.Publish("flood", chunk); err != nil {
 			t.Fatal(err)
 		}
 		_ = pub.Flush()
-		<-got
+		select {
+		case <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the reading subscriber did not get message %d within 10 s (slow consumers closed: %d, reader %v, last error %v)",
+				i+1, s.NumSlowConsumersClients(), reader.Status(), reader.LastError())
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.NumSlowConsumersClients() == 0 && time.Now().Before(deadline) {
