@@ -34,7 +34,11 @@ func (e *ScopeError) Error() string {
 func CheckScopes(scopes []string) error {
 	for _, s := range scopes {
 		if !slices.Contains(KnownScopes, s) {
-			return &ScopeError{Scope: s, Suggestion: suggest.Closest(s, KnownScopes)}
+			sug := suggest.Closest(s, KnownScopes)
+			if sug == "" && slices.Contains(KnownScopes, "a2a:"+s) {
+				sug = "a2a:" + s // "read" for a2a:read: too far by edit distance, plainly meant
+			}
+			return &ScopeError{Scope: s, Suggestion: sug}
 		}
 	}
 	return nil

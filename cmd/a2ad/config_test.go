@@ -1,7 +1,15 @@
 package main
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -50,4 +58,83 @@ func TestTokenMintRefusesUnknownScope(t *testing.T) {
 			t.Errorf("--scope %q: stdout %q, want nothing", scope, stdout.String())
 		}
 	}
+}
+
+// `a2ad token mint` mints every scope of every --scope, separated by
+// single spaces (RFC 6749 §3.3), however the operator spaced them; a
+// tab never reaches the claim.
+func TestTokenMintScopesAreEverySpaceSeparated(t *testing.T) {
+	key := writeEd25519Key(t)
+	for name, args := range map[string][]string{
+		"repeated":        {"--scope", "a2a:read", "--scope", "a2a:delegate"},
+		"tab":             {"--scope", "a2a:read\ta2a:delegate"},
+		"newline, spaces": {"--scope", "  a2a:read\n a2a:delegate  "},
+		"repeated twice":  {"--scope", "a2a:read a2a:delegate", "--scope", "a2a:read"},
+	} {
+		out, err := exec.Command(bin, append([]string{"token", "mint", "--sub", "h", "--key", key, "--issuer", "https://idp.example.com",
+			"--audience", "https://a2ad.example.com/mcp"}, args...)...).Output()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if got := mintedClaims(t, string(out)).Scope; got != "a2a:read a2a:delegate" {
+			t.Errorf("%s %q: scope claim %q, want %q", name, args, got, "a2a:read a2a:delegate")
+		}
+	}
+}
+
+// `a2ad token mint` refuses scopes it would mint wrongly, saying what is
+// meant: a bare name, commas between scopes, a blank audience.
+func TestTokenMintRefusesMisspeltScopesAndBlankAudience(t *testing.T) {
+	for name, c := range map[string]struct {
+		args []string
+		want string
+	}{
+		"bare name": {[]string{"--scope", "read"}, `token mint: --scope: unknown scope "read" (did you mean a2a:read?); a2ad knows a2a:read, a2a:delegate, a2a:admin`},
+		"commas": {[]string{"--scope", "a2a:read,a2a:delegate"},
+			`token mint: --scope "a2a:read,a2a:delegate": scopes are separated by spaces, not commas: --scope "a2a:read a2a:delegate", or repeat --scope for each`},
+		"blank audience": {[]string{"--audience", " "},
+			"token mint: --audience is blank: give the resource identifier the daemon verifies in aud (RFC 8707), e.g. https://a2ad.example.com/mcp, or leave the flag out for the daemon on --data-dir"},
+		"empty audience": {[]string{"--audience", ""},
+			"token mint: --audience is blank: give the resource identifier the daemon verifies in aud (RFC 8707), e.g. https://a2ad.example.com/mcp, or leave the flag out for the daemon on --data-dir"},
+	} {
+		cmd := exec.Command(bin, append([]string{"token", "mint", "--sub", "h", "--key", writeEd25519Key(t), "--issuer", "https://idp.example.com"}, c.args...)...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err == nil || stdout.Len() != 0 {
+			t.Errorf("%s: minted %q", name, stdout.String())
+			continue
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%s: stderr %q, want %q", name, stderr.String(), c.want)
+		}
+	}
+}
+
+// writeEd25519Key writes a fresh Ed25519 private key, PEM, and returns its file.
+func writeEd25519Key(t *testing.T) string {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(priv)
+	f := filepath.Join(t.TempDir(), "idp.key")
+	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// mintedClaims are the claims of a compact JWS, unverified.
+func mintedClaims(t *testing.T, token string) struct{ Scope, Aud string } {
+	parts := strings.Split(strings.TrimSpace(token), ".")
+	if len(parts) != 3 {
+		t.Fatalf("not a JWS: %q", token)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ Scope, Aud string }
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -7,8 +7,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/spf13/cobra"
@@ -31,7 +33,8 @@ func devAudience(dataDir string) string {
 
 func newToken() *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Development tokens for hosts and operators"}
-	var dataDir, sub, tenant, scope, audience, keyFile, issuer string
+	var dataDir, sub, tenant, audience, keyFile, issuer string
+	var scopes []string
 	var ttl time.Duration
 	mint := &cobra.Command{
 		Use:   "mint",
@@ -41,17 +44,18 @@ func newToken() *cobra.Command {
 			"Scopes: a2a:read (agents_list, task_get), a2a:delegate (delegate, task_respond, task_cancel), a2a:admin (/v1/).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if strings.TrimSpace(scope) == "" {
-				return errors.New("token mint: --scope is empty: name one or more of " + strings.Join(mcpedge.KnownScopes, ", "))
+			scope, err := mintScope(scopes)
+			if err != nil {
+				return err
 			}
-			if err := mcpedge.CheckScopes(strings.Fields(scope)); err != nil {
-				return fmt.Errorf("token mint: --scope: %w", err)
+			if cmd.Flags().Changed("audience") && strings.TrimSpace(audience) == "" {
+				return errors.New("token mint: --audience is blank: give the resource identifier the daemon verifies in aud (RFC 8707), e.g. https://a2ad.example.com/mcp, or leave the flag out for the daemon on --data-dir")
 			}
+			audience = strings.TrimSpace(audience)
 			if audience == "" {
 				audience = devAudience(dataDir)
 			}
 			var tok string
-			var err error
 			if keyFile != "" {
 				if issuer == "" {
 					return errors.New("token mint: --key needs --issuer (the iss the daemon's auth config expects)")
@@ -78,13 +82,40 @@ func newToken() *cobra.Command {
 	f.StringVar(&dataDir, "data-dir", "./a2ad-data", "data directory holding the development key")
 	f.StringVar(&sub, "sub", "", "subject (sub claim): who the host is (required)")
 	f.StringVar(&tenant, "tenant", "default", "tenant claim")
-	f.StringVar(&scope, "scope", "a2a:read a2a:delegate", "space-separated scopes")
+	f.StringArrayVar(&scopes, "scope", []string{"a2a:read a2a:delegate"}, "scopes, space-separated; repeat the flag for more (all given are minted)")
 	f.StringVar(&audience, "audience", "", "aud claim (default: what the daemon on --data-dir verifies, else "+defaultAudience+")")
 	f.DurationVar(&ttl, "ttl", time.Hour, "lifetime (exp = now + ttl), at most 720h")
 	f.StringVar(&keyFile, "key", "", "sign with this PEM private key (Ed25519, ECDSA P-256 or RSA) instead of the development key; for a daemon whose auth config names its public half")
 	f.StringVar(&issuer, "issuer", "", "iss claim with --key (the development key always signs as "+mcpedge.DevIssuer+")")
 	cmd.AddCommand(mint)
 	return cmd
+}
+
+// mintScope is the scope claim of the --scope values: every scope of every
+// value, in order, each once, separated by single spaces (RFC 6749 §3.3:
+// scope-token *( SP scope-token ); a tab or newline would be another
+// separator to some verifiers and part of the name to others). Values
+// separated by commas, an unknown scope and no scope at all are refused.
+func mintScope(values []string) (string, error) {
+	var out []string
+	for _, v := range values {
+		if strings.Contains(v, ",") {
+			return "", fmt.Errorf("token mint: --scope %q: scopes are separated by spaces, not commas: --scope %q, or repeat --scope for each",
+				v, strings.Join(strings.FieldsFunc(v, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), " "))
+		}
+		for _, s := range strings.Fields(v) {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "", errors.New("token mint: --scope is empty: name one or more of " + strings.Join(mcpedge.KnownScopes, ", "))
+	}
+	if err := mcpedge.CheckScopes(out); err != nil {
+		return "", fmt.Errorf("token mint: --scope: %w", err)
+	}
+	return strings.Join(out, " "), nil
 }
 
 // serverOf is the base URL of the daemon on dataDir, from the audience it
