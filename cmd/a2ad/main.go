@@ -59,9 +59,10 @@ func newServe() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := daemon.Config{}
+			var fileFaults *daemon.FileError
 			if configPath != "" {
 				var err error
-				if cfg, err = daemon.LoadConfig(configPath); err != nil {
+				if cfg, err = daemon.LoadConfig(configPath); err != nil && !errors.As(err, &fileFaults) {
 					return err
 				}
 			}
@@ -85,6 +86,12 @@ func newServe() *cobra.Command {
 			override("nats-client-cert", &cfg.NATSTLS.ClientCertFile, o.NATSTLS.ClientCertFile)
 			override("nats-client-key", &cfg.NATSTLS.ClientKeyFile, o.NATSTLS.ClientKeyFile)
 			cfg.ConformanceTools = o.ConformanceTools
+			if fileFaults != nil {
+				// Every fault at once: the evidence schema names too,
+				// against the schema directory the flags give.
+				fileFaults.Add(daemon.EvidenceSchemaFaults(cfg)...)
+				return fileFaults
+			}
 			// Logs go to stderr only: in stdio mode stdout carries nothing but MCP messages.
 			if v := os.Getenv("A2AD_NATS_URL"); v != "" && !f.Changed("nats-url") {
 				cfg.NATSURL = v // an environment variable keeps a password off the command line

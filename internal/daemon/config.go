@@ -5,8 +5,8 @@
 package daemon
 
 import (
-	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -127,6 +127,9 @@ type Config struct {
 	// .ci/conformance only (flag --conformance-tools; no configuration
 	// key: never for a deployment).
 	ConformanceTools bool `yaml:"-"`
+	// file is the configuration file's top mapping when the Config came
+	// from LoadConfig (nil otherwise): the lines of later faults.
+	file *yaml.Node
 }
 
 // AgentLimits bound what one agent can make a2ad store and do, so that no
@@ -220,73 +223,85 @@ func (l AgentLimits) Or(d AgentLimits) AgentLimits {
 	return l
 }
 
-// Check refuses limits no agent could work under, naming the field as
+// Check refuses limits no agent could work under, every one (joined with
+// errors.Join), naming each field as
 // the configuration spells it under prefix ("agent_limits",
 // "agents[fraud-review].limits").
 func (l AgentLimits) Check(prefix string) error {
-	switch {
-	case l.EventsPerSecond <= 0:
-		return fmt.Errorf("config: %s.events_per_second %v: want more than 0", prefix, l.EventsPerSecond)
-	case l.EventsBurst < 1:
-		return fmt.Errorf("config: %s.events_burst %d: want at least 1", prefix, l.EventsBurst)
-	case l.MaxEventBytes < 1024 || l.MaxEventBytes > 1<<20:
-		return fmt.Errorf("config: %s.max_event_bytes %d: want 1024 to 1048576 (the NATS server's max_payload)", prefix, l.MaxEventBytes)
-	case l.MaxPendingEvents < 1:
-		return fmt.Errorf("config: %s.max_pending_events %d: want at least 1", prefix, l.MaxPendingEvents)
-	case l.MaxPendingBytes < int64(l.MaxEventBytes):
-		return fmt.Errorf("config: %s.max_pending_bytes %d: want at least max_event_bytes (%d)", prefix, l.MaxPendingBytes, l.MaxEventBytes)
-	case l.RegistrationsPerMinute < 1:
-		return fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute)
-	case l.MaxPublishesPerSecond < l.EventsPerSecond:
-		return fmt.Errorf("config: %s.max_publishes_per_second %v: want at least events_per_second (%v)", prefix, l.MaxPublishesPerSecond, l.EventsPerSecond)
-	case l.RecordBytesPerSecond < 1<<20:
-		return fmt.Errorf("config: %s.record_bytes_per_second %d: want at least 1048576 (1 MiB)", prefix, l.RecordBytesPerSecond)
-	case l.MaxOpenRecordBytes < 1<<20:
-		return fmt.Errorf("config: %s.max_open_record_bytes %d: want at least 1048576 (1 MiB)", prefix, l.MaxOpenRecordBytes)
-	case l.MaxConnections < 1:
-		return fmt.Errorf("config: %s.max_connections %d: want at least 1", prefix, l.MaxConnections)
-	case l.MaxSubscriptions < 16:
-		return fmt.Errorf("config: %s.max_subscriptions %d: want at least 16", prefix, l.MaxSubscriptions)
+	var errs []error
+	if l.EventsPerSecond <= 0 {
+		errs = append(errs, fmt.Errorf("config: %s.events_per_second %v: want more than 0", prefix, l.EventsPerSecond))
 	}
-	return nil
+	if l.EventsBurst < 1 {
+		errs = append(errs, fmt.Errorf("config: %s.events_burst %d: want at least 1", prefix, l.EventsBurst))
+	}
+	if l.MaxEventBytes < 1024 || l.MaxEventBytes > 1<<20 {
+		errs = append(errs, fmt.Errorf("config: %s.max_event_bytes %d: want 1024 to 1048576 (the NATS server's max_payload)", prefix, l.MaxEventBytes))
+	}
+	if l.MaxPendingEvents < 1 {
+		errs = append(errs, fmt.Errorf("config: %s.max_pending_events %d: want at least 1", prefix, l.MaxPendingEvents))
+	}
+	if l.MaxPendingBytes < int64(l.MaxEventBytes) {
+		errs = append(errs, fmt.Errorf("config: %s.max_pending_bytes %d: want at least max_event_bytes (%d)", prefix, l.MaxPendingBytes, l.MaxEventBytes))
+	}
+	if l.RegistrationsPerMinute < 1 {
+		errs = append(errs, fmt.Errorf("config: %s.registrations_per_minute %d: want at least 1", prefix, l.RegistrationsPerMinute))
+	}
+	if l.MaxPublishesPerSecond < l.EventsPerSecond {
+		errs = append(errs, fmt.Errorf("config: %s.max_publishes_per_second %v: want at least events_per_second (%v)", prefix, l.MaxPublishesPerSecond, l.EventsPerSecond))
+	}
+	if l.RecordBytesPerSecond < 1<<20 {
+		errs = append(errs, fmt.Errorf("config: %s.record_bytes_per_second %d: want at least 1048576 (1 MiB)", prefix, l.RecordBytesPerSecond))
+	}
+	if l.MaxOpenRecordBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("config: %s.max_open_record_bytes %d: want at least 1048576 (1 MiB)", prefix, l.MaxOpenRecordBytes))
+	}
+	if l.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("config: %s.max_connections %d: want at least 1", prefix, l.MaxConnections))
+	}
+	if l.MaxSubscriptions < 16 {
+		errs = append(errs, fmt.Errorf("config: %s.max_subscriptions %d: want at least 16", prefix, l.MaxSubscriptions))
+	}
+	return errors.Join(errs...)
 }
 
 // checkLimits refuses agent limits, a storage reserve and retention
-// settings a2ad cannot run with.
+// settings a2ad cannot run with: every fault, joined with errors.Join.
 func (c Config) checkLimits() error {
+	var errs []error
 	if c.Storage.ReserveBytes < 0 {
-		return fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes)
+		errs = append(errs, fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes))
 	}
 	if c.Storage.CapacityBytes < 0 {
-		return fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes)
+		errs = append(errs, fmt.Errorf("config: storage.capacity_bytes %d: want 0 (the default) or more", c.Storage.CapacityBytes))
 	}
 	if c.CertificateCheckSeconds < -1 {
-		return fmt.Errorf("config: certificate_check_seconds %d: want seconds (default %d), or -1 to reload certificates only on SIGHUP", c.CertificateCheckSeconds, DefaultCertificateCheckSeconds)
+		errs = append(errs, fmt.Errorf("config: certificate_check_seconds %d: want seconds (default %d), or -1 to reload certificates only on SIGHUP", c.CertificateCheckSeconds, DefaultCertificateCheckSeconds))
 	}
 	if c.Retention.RemovalsPerSecond < 0 {
-		return fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond)
+		errs = append(errs, fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond))
 	}
 	if c.Audit.MaxAge < 0 {
-		return fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge)
+		errs = append(errs, fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge))
 	}
 	if err := c.NATSLimits.check(len(c.Agents)); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := c.AgentLimits.Or(DefaultAgentLimits).Check("agent_limits"); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := c.HTTPLimits.Or(DefaultHTTPLimits).Check(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := c.RateLimits.Or(mcpedge.DefaultRateLimits).Check(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	for _, a := range c.Agents {
 		if err := a.Limits.Or(c.AgentLimits).Or(DefaultAgentLimits).Check("agents[" + a.ID + "].limits"); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // connectionLimits are, for each configured agent and for any other
@@ -448,28 +463,47 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// LoadConfig reads a YAML configuration file strictly. Every unknown key
-// is refused at once, each a [*KeyError] naming the key, its line and the
-// known key it most likely stands for ("did you mean http_addr?"); so are
-// an empty auth.audience and unknown scope names in principal.scopes, all
-// in one [*FileError].
+// LoadConfig reads a YAML configuration file strictly and names every
+// fault at once, in one [*FileError] of [*KeyError]s in the file's order,
+// each with its key path and line and what is wanted: unknown keys (with
+// the known key most likely meant, "did you mean http_addr?"), values of
+// the wrong type (`line 176: max_deadline_seconds: want a whole number of
+// seconds, got "ten"`), values a2ad refuses (log.level, log.format,
+// tracing.sample_ratio, auth.algorithms, http_allowed_origins, the
+// limits, an empty auth.audience, unknown scopes in principal.scopes),
+// and a second YAML document (`---`), which a2ad would otherwise ignore.
+// The Config it returns beside a *FileError holds what did decode, for
+// [EvidenceSchemaFaults]. An empty file, or one of comments only, is an
+// empty configuration: every default.
 func LoadConfig(path string) (Config, error) {
 	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("config: %w", err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(b, &doc); err != nil {
+	root, errs, err := readDocument(b)
+	if err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
-	if errs := checkKeys(&doc); len(errs) > 0 {
-		return c, &FileError{Path: path, Errs: errs}
+	errs = append(errs, checkKeys(root)...)
+	if root != nil {
+		// Type faults are named above, with their keys; the decoder
+		// skips those values and decodes the rest.
+		if err := root.Decode(&c); err != nil && len(errs) == 0 {
+			errs = append(errs, fmt.Errorf("cannot read the configuration: %s", strings.TrimPrefix(err.Error(), "yaml: ")))
+		}
+		c.file = root
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
+	for _, f := range c.valueFaults() {
+		if k, ok := f.(*KeyError); ok && k.Line == 0 {
+			k.Line = lineOf(root, k.Key)
+		}
+		errs = append(errs, f)
+	}
+	if len(errs) > 0 {
+		fe := &FileError{Path: path}
+		fe.Add(errs...)
+		return c, fe
 	}
 	return c, nil
 }
@@ -477,7 +511,7 @@ func LoadConfig(path string) (Config, error) {
 // FileError is every fault found in one configuration file.
 type FileError struct {
 	Path string
-	Errs []error // each a [*KeyError]
+	Errs []error // each a [*KeyError], in the file's order
 }
 
 func (e *FileError) Error() string {

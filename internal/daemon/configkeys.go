@@ -28,13 +28,23 @@ type KeyError struct {
 	// Reason, when set, says what is wrong with a known key's value and
 	// what is wanted; empty for an unknown key.
 	Reason string
+	// inline: Reason goes on from Key without a colon (`log.level
+	// "verbose": want …`, `--- starts a second YAML document`).
+	inline bool
 }
 
 func (e *KeyError) Error() string {
-	if e.Reason != "" {
-		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Key, e.Reason)
+	at := ""
+	if e.Line > 0 {
+		at = fmt.Sprintf("line %d: ", e.Line)
 	}
-	msg := fmt.Sprintf("line %d: unknown key %s", e.Line, e.Key)
+	if e.Reason != "" && e.inline {
+		return at + e.Key + " " + e.Reason
+	}
+	if e.Reason != "" {
+		return at + e.Key + ": " + e.Reason
+	}
+	msg := fmt.Sprintf("%sunknown key %s", at, e.Key)
 	if e.Suggestion != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", e.Suggestion)
 	}
@@ -46,13 +56,12 @@ func (e *KeyError) Error() string {
 // keys whose values are set but cannot stand: an empty auth.audience
 // (tokens would be accepted for any resource) and an unknown scope in
 // principal.scopes.
-func checkKeys(doc *yaml.Node) []error {
-	if doc == nil || doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
+func checkKeys(root *yaml.Node) []error {
+	if root == nil {
 		return nil
 	}
 	var errs []error
-	walkKeys(doc.Content[0], reflect.TypeFor[Config](), "", &errs)
-	root := doc.Content[0]
+	walkKeys(root, reflect.TypeFor[Config](), "", &errs)
 	if auth := mappingValue(root, "auth"); auth != nil {
 		if aud, key := mappingValue(auth, "audience"), mappingKey(auth, "audience"); aud != nil &&
 			(aud.Kind == yaml.ScalarNode && strings.TrimSpace(aud.Value) == "" || aud.Tag == "!!null") {
@@ -79,6 +88,12 @@ func walkKeys(n *yaml.Node, t reflect.Type, prefix string, errs *[]error) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if n != nil && prefix != "" {
+		if err := typeFault(n, t, prefix); err != nil {
+			*errs = append(*errs, err)
+			return
+		}
+	}
 	switch {
 	case n == nil || decodesItselfFromYAML(t):
 		return
@@ -97,7 +112,7 @@ func walkKeys(n *yaml.Node, t reflect.Type, prefix string, errs *[]error) {
 		}
 		return
 	case t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode:
-		return // a scalar or a mismatch: the decoder names a wrong type
+		return // a scalar, checked above
 	}
 	fields := yamlFields(t)
 	names := make([]string, 0, len(fields))

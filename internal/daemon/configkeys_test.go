@@ -5,9 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/mcpedge"
 )
@@ -75,5 +78,103 @@ func TestStartRefusesUnknownScope(t *testing.T) {
 	}
 	if want := `config: principal.scopes: unknown scope "a2a:raed" (did you mean a2a:read?); a2ad knows a2a:read, a2a:delegate, a2a:admin`; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
+// Every fault of a configuration file is named at once, in the file's
+// order, each with its line, its key path and what is wanted in a2ad's
+// words: an unknown key, a value of the wrong type, values a2ad refuses,
+// a list given as one string, a limit out of range and a misspelt host
+// schema name.
+func TestLoadConfigNamesEveryFaultAtOnce(t *testing.T) {
+	path := "../../testdata/bad/config/every_fault_at_once.yaml"
+	cfg, err := daemon.LoadConfig(path)
+	var fe *daemon.FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("LoadConfig: %v, want a *daemon.FileError", err)
+	}
+	fe.Add(daemon.EvidenceSchemaFaults(cfg)...) // as `a2ad serve` does
+	want := []string{
+		"line 2: unknown key htp_addr (did you mean http_addr?)",
+		`line 3: max_deadline_seconds: want a whole number of seconds, got "ten"`,
+		`line 5: log.level "verbose": want debug, info, warn or error`,
+		`line 6: log.format "xml": want text or json`,
+		"line 8: tracing.sample_ratio: want a fraction from 0 (no trace) to 1 (every trace), got 2",
+		`line 10: principal.scopes: want a list, e.g. [a2a:read, a2a:delegate], got "a2a:read a2a:delegate"`,
+		"line 12: agent_limits.max_subscriptions 8: want at least 16",
+		`line 18: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`,
+	}
+	if len(fe.Errs) != len(want) {
+		t.Errorf("%d faults, want %d:\n%v", len(fe.Errs), len(want), err)
+	}
+	for i, e := range fe.Errs {
+		if i < len(want) && e.Error() != want[i] {
+			t.Errorf("fault %d:\n%s\nwant\n%s", i, e, want[i])
+		}
+	}
+	if strings.Contains(err.Error(), "!!str") || strings.Contains(err.Error(), "unmarshal") {
+		t.Errorf("the decoder's words reach the operator: %v", err)
+	}
+}
+
+// A file with a second YAML document (after a `---` line) is refused:
+// a2ad would read the first and ignore everything after, here an empty
+// audience, an unknown key and a scope typo.
+func TestLoadConfigRefusesASecondDocument(t *testing.T) {
+	path := "../../testdata/bad/config/second_document.yaml"
+	_, err := daemon.LoadConfig(path)
+	want := "config " + path + ": line 4: --- starts a second YAML document: a2ad reads one document per file and would ignore this one; put its keys in the first and remove the --- line"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	// One document that starts with --- is one document.
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("---\nhttp_addr: 127.0.0.1:9\n"), 0o600)
+	if c, err := daemon.LoadConfig(f); err != nil || c.HTTPAddr != "127.0.0.1:9" {
+		t.Errorf("a single document after ---: %+v %v", c.HTTPAddr, err)
+	}
+}
+
+// An empty file, or one of comments only, is an empty configuration:
+// every default, no error.
+func TestLoadConfigEmptyFileIsEveryDefault(t *testing.T) {
+	for name, text := range map[string]string{"empty": "", "comments only": "# nothing configured yet\n\n# a2ad takes every default\n", "null": "~\n"} {
+		f := filepath.Join(t.TempDir(), "a2ad.yaml")
+		_ = os.WriteFile(f, []byte(text), 0o600)
+		c, err := daemon.LoadConfig(f)
+		if err != nil || c.HTTPAddr != "" || len(c.Agents) != 0 {
+			t.Errorf("%s file: %+v, %v; want the empty configuration", name, c, err)
+		}
+	}
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("- http_addr: 127.0.0.1:9\n"), 0o600)
+	_, err := daemon.LoadConfig(f)
+	if want := "config " + f + ": line 1: the file is not a mapping of keys (http_addr: …, agents: …): want the configuration's keys at the top level"; err == nil || err.Error() != want {
+		t.Errorf("a list at the top: %q, want %q", err, want)
+	}
+}
+
+// A misspelt host schema name in a configuration built in code is
+// refused at Start with the name meant; from a file, with its line too.
+func TestStartNamesMisspeltEvidenceSchema(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("agents:\n  - id: fraud-review\n    tenants: [default]\n    evidence_schemas:\n      assess_refund_risk: refund_evidenc\n      other: risk_asessment\n"), 0o600)
+	cfg, err := daemon.LoadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir, cfg.HTTPAddr, cfg.NATSListen = t.TempDir(), "127.0.0.1:0", "127.0.0.1:-1"
+	d, err := daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err == nil {
+		d.Stop()
+		t.Fatal("Start accepted evidence schema refund_evidenc")
+	}
+	want := `config: line 5: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?); ` +
+		`line 6: agents[0].evidence_schemas.other: no host schema named "risk_asessment" in the built-in schemas (did you mean risk_assessment?)`
+	if err.Error() != want {
+		t.Errorf("error\n%s\nwant\n%s", err, want)
+	}
+	if !errors.Is(err, artifact.ErrSchemaNotFound) {
+		t.Errorf("error does not wrap artifact.ErrSchemaNotFound")
 	}
 }

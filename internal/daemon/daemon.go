@@ -768,18 +768,27 @@ func (d *Daemon) ReloadSchemas() (artifact.Changes, error) {
 	return d.Service.Schemas.Reload(reg)
 }
 
-// checkEvidenceSchemas refuses a configuration naming an evidence schema
-// that reg does not hold.
+// checkEvidenceSchemas refuses a configuration naming evidence schemas
+// that reg does not hold: every such name, each with its line when the
+// configuration came from a file and the name most likely meant.
 func checkEvidenceSchemas(cfg Config, reg *artifact.Registry) error {
-	for _, a := range cfg.Agents {
-		for skill, name := range a.EvidenceSchemas {
-			if _, err := reg.Get(name); err != nil {
-				return fmt.Errorf("config: agent %s skill %s evidence schema: %w", a.ID, skill, err)
-			}
-		}
+	faults := evidenceSchemaFaults(cfg, reg)
+	if len(faults) == 0 {
+		return nil
 	}
-	return nil
+	msgs := make([]string, len(faults))
+	for i, f := range faults {
+		msgs[i] = f.Error()
+	}
+	return &evidenceSchemaError{"config: " + strings.Join(msgs, "; ")}
 }
+
+// evidenceSchemaError is [checkEvidenceSchemas]' error: it says every
+// fault in a2ad's words and wraps [artifact.ErrSchemaNotFound].
+type evidenceSchemaError struct{ msg string }
+
+func (e *evidenceSchemaError) Error() string { return e.msg }
+func (e *evidenceSchemaError) Unwrap() error { return artifact.ErrSchemaNotFound }
 
 func loadSchemas(dir string) (*artifact.Registry, error) {
 	if dir == "" {
