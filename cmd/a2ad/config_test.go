@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,55 @@ func mintedClaims(t *testing.T, token string) struct{ Scope, Aud string } {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// `a2ad serve` names every fault of its configuration file in one
+// message, each with its line, before it starts anything: the evidence
+// schema name too, against the schemas the flags give.
+func TestServeNamesEveryConfigFaultAtOnce(t *testing.T) {
+	path := "../../testdata/bad/config/every_fault_at_once.yaml"
+	out, err := exec.Command(bin, "serve", "--config", path,
+		"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0").CombinedOutput()
+	if err == nil {
+		t.Fatalf("serve started: %s", out)
+	}
+	want := "config " + path + ": line 2: unknown key htp_addr (did you mean http_addr?); " +
+		`line 3: max_deadline_seconds: want a whole number of seconds, got "ten"; ` +
+		`line 5: log.level "verbose": want debug, info, warn or error; ` +
+		`line 6: log.format "xml": want text or json; ` +
+		"line 8: tracing.sample_ratio: want a fraction from 0 (no trace) to 1 (every trace), got 2; " +
+		`line 10: principal.scopes: want a list, e.g. [a2a:read, a2a:delegate], got "a2a:read a2a:delegate"; ` +
+		"line 12: agent_limits.max_subscriptions 8: want at least 16; " +
+		`line 18: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`
+	if !strings.Contains(string(out), want) {
+		t.Errorf("serve output lacks\n%s\n%s", want, out)
+	}
+	if strings.Contains(string(out), "a2ad serving") {
+		t.Errorf("serve served:\n%s", out)
+	}
+}
+
+// `a2ad serve` refuses a configuration file with a second YAML document
+// rather than ignore it, and takes an empty file as every default.
+func TestServeRefusesASecondDocumentAndTakesAnEmptyFile(t *testing.T) {
+	path := "../../testdata/bad/config/second_document.yaml"
+	out, err := exec.Command(bin, "serve", "--config", path,
+		"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0").CombinedOutput()
+	want := "config " + path + ": line 4: --- starts a second YAML document: a2ad reads one document per file and would ignore this one; put its keys in the first and remove the --- line"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("serve: %v, output lacks\n%s\n%s", err, want, out)
+	}
+	empty := filepath.Join(t.TempDir(), "a2ad.yaml")
+	if err := os.WriteFile(empty, []byte("# nothing configured yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, nil, "--config", empty, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
+	resp, err := http.Get(d.HTTP + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a2ad with an empty configuration file: /healthz %d, want 200", resp.StatusCode)
+	}
 }
