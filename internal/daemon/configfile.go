@@ -206,13 +206,30 @@ func (c Config) valueFaults() []error {
 		if k, ok := f.(*KeyError); ok {
 			if field, ok := strings.CutPrefix(k.Key, "agent_limits."); ok {
 				inherited[field+" "+k.Reason] = true
-			} else if _, field, ok := strings.Cut(k.Key, "].limits."); ok && strings.HasPrefix(k.Key, "agents[") && inherited[field+" "+k.Reason] {
+			} else if id, field, ok := strings.Cut(strings.TrimPrefix(k.Key, "agents["), "].limits."); ok && strings.HasPrefix(k.Key, "agents[") &&
+				inherited[field+" "+k.Reason] && !c.agentSets(id, field) {
 				continue
 			}
 		}
 		faults = append(faults, f)
 	}
 	return faults
+}
+
+// agentSets reports whether the file sets agents[id].limits.field itself
+// (false for a Config built in code: its faults are all named).
+func (c Config) agentSets(id, field string) bool {
+	if c.file == nil {
+		return true
+	}
+	if l := mappingValue(c.file, "agents"); l != nil && l.Kind == yaml.SequenceNode {
+		for _, a := range l.Content {
+			if v := mappingValue(a, "id"); v != nil && v.Value == id {
+				return mappingKey(mappingValue(a, "limits"), field) != nil
+			}
+		}
+	}
+	return false
 }
 
 // flatten is the errors joined in err (errors.Join, at any depth).

@@ -178,3 +178,55 @@ func TestStartNamesMisspeltEvidenceSchema(t *testing.T) {
 		t.Errorf("error does not wrap artifact.ErrSchemaNotFound")
 	}
 }
+
+// The token algorithms and the allowed origins are named with their
+// list index and line, each one, beside the other faults.
+func TestLoadConfigNamesAlgorithmAndOriginFaults(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("auth:\n  algorithms: [EdDSA, ES265]\nhttp_allowed_origins:\n  - https://ide.example.com\n  - ide.example.com\nlimits: {}\n"), 0o600)
+	_, err := daemon.LoadConfig(f)
+	var fe *daemon.FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("LoadConfig: %v, want a *daemon.FileError", err)
+	}
+	var got []string
+	for _, e := range fe.Errs {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		`line 2: auth.algorithms[1]: want ES256, EdDSA or RS256 (HS256 only with hs256_secret_file), got "ES265" (did you mean ES256?)`,
+		"line 5: http_allowed_origins[1]: want an origin scheme://host[:port] (RFC 6454), got \"ide.example.com\": ",
+		"line 6: unknown key limits",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("faults %q, want %d", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("fault %d: %q, want %q…", i, got[i], want[i])
+		}
+	}
+}
+
+// A file that is not YAML is refused with the line the parser stopped
+// at, in a2ad's words (no "yaml:" prefix, no Go type).
+func TestLoadConfigNamesASyntaxError(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("http_addr: 127.0.0.1:0\nlog:\n  level: info\n   format: json\n"), 0o600)
+	_, err := daemon.LoadConfig(f)
+	if want := "config " + f + ": not valid YAML: line 4: mapping values are not allowed in this context"; err == nil || err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
+// A fault of agent_limits is named once, not again for each agent that
+// inherits the value; an agent that sets the same value itself is named.
+func TestLoadConfigNamesAnInheritedLimitOnce(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("agent_limits:\n  max_subscriptions: 8\nagents:\n  - id: a\n    tenants: [default]\n  - id: b\n    tenants: [default]\n    limits:\n      max_subscriptions: 8\n"), 0o600)
+	_, err := daemon.LoadConfig(f)
+	want := "config " + f + ": line 2: agent_limits.max_subscriptions 8: want at least 16; line 9: agents[b].limits.max_subscriptions 8: want at least 16"
+	if err == nil || err.Error() != want {
+		t.Errorf("error\n%v\nwant\n%s", err, want)
+	}
+}
