@@ -157,7 +157,7 @@ func TestServeNamesEveryConfigFaultAtOnce(t *testing.T) {
 		"line 8: tracing.sample_ratio: want a fraction from 0 (no trace) to 1 (every trace), got 2; " +
 		`line 10: principal.scopes: want a list, e.g. [a2a:read, a2a:delegate], got "a2a:read a2a:delegate"; ` +
 		"line 12: agent_limits.max_subscriptions 8: want at least 16; " +
-		`line 18: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`
+		`line 18: agents[0].evidence_schemas[assess_refund_risk]: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`
 	if !strings.Contains(string(out), want) {
 		t.Errorf("serve output lacks\n%s\n%s", want, out)
 	}

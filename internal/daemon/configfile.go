@@ -287,7 +287,7 @@ func evidenceSchemaFaults(c Config, reg *artifact.Registry) []error {
 			if _, err := reg.Get(name); err == nil {
 				continue
 			}
-			key := fmt.Sprintf("agents[%d].evidence_schemas.%s", i, skill)
+			key := fmt.Sprintf("agents[%d].evidence_schemas[%s]", i, skill)
 			line := 0
 			if c.file != nil {
 				line = lineOf(c.file, key)

@@ -102,7 +102,7 @@ func TestLoadConfigNamesEveryFaultAtOnce(t *testing.T) {
 		"line 8: tracing.sample_ratio: want a fraction from 0 (no trace) to 1 (every trace), got 2",
 		`line 10: principal.scopes: want a list, e.g. [a2a:read, a2a:delegate], got "a2a:read a2a:delegate"`,
 		"line 12: agent_limits.max_subscriptions 8: want at least 16",
-		`line 18: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`,
+		`line 18: agents[0].evidence_schemas[assess_refund_risk]: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?)`,
 	}
 	if len(fe.Errs) != len(want) {
 		t.Errorf("%d faults, want %d:\n%v", len(fe.Errs), len(want), err)
@@ -169,8 +169,8 @@ func TestStartNamesMisspeltEvidenceSchema(t *testing.T) {
 		d.Stop()
 		t.Fatal("Start accepted evidence schema refund_evidenc")
 	}
-	want := `config: line 5: agents[0].evidence_schemas.assess_refund_risk: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?); ` +
-		`line 6: agents[0].evidence_schemas.other: no host schema named "risk_asessment" in the built-in schemas (did you mean risk_assessment?)`
+	want := `config: line 5: agents[0].evidence_schemas[assess_refund_risk]: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?); ` +
+		`line 6: agents[0].evidence_schemas[other]: no host schema named "risk_asessment" in the built-in schemas (did you mean risk_assessment?)`
 	if err.Error() != want {
 		t.Errorf("error\n%s\nwant\n%s", err, want)
 	}
