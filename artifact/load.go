@@ -400,6 +400,9 @@ func (l refusedLoader) JsonReference() (gojsonreference.JsonReference, error) {
 // https, with and without the empty fragment.
 const draft07URI = "http://json-schema.org/draft-07/schema#"
 
+// draft07Spellings names every accepted spelling, for the refusal.
+const draft07Spellings = `"http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema", "https://json-schema.org/draft-07/schema#" or "https://json-schema.org/draft-07/schema"`
+
 var draft07URIs = map[string]bool{
 	draft07URI: true, "http://json-schema.org/draft-07/schema": true,
 	"https://json-schema.org/draft-07/schema#": true, "https://json-schema.org/draft-07/schema": true,
@@ -415,6 +418,7 @@ var laterKeywords = map[string]string{
 	"minContains": "2019-09", "maxContains": "2019-09",
 	"$anchor": "2019-09", "$recursiveRef": "2019-09", "$recursiveAnchor": "2019-09", "$vocabulary": "2019-09",
 	"prefixItems": "2020-12", "$dynamicRef": "2020-12", "$dynamicAnchor": "2020-12",
+	"contentSchema": "2019-09",
 }
 
 // plainName matches a draft-07 plain-name fragment (draft-handrews-json-
@@ -502,19 +506,32 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		return
 	}
 	c.schemas[n] = ptr
+	ref, hasRef := n.member("$ref")
+	hasRef = hasRef && ref.kind == kindString
 	for _, m := range n.members {
 		p := ptr + "/" + escapeToken(m.key)
 		v := m.val
 		switch {
+		case hasRef && ignoredBesideRef[m.key]:
+			c.fail(p, fmt.Sprintf("keyword %s beside $ref refused: in draft-07 a $ref makes its siblings ignored, so the schema would accept what it says it refuses; wrap them in allOf: {\"allOf\": [{\"$ref\": …}, {%q: …}]}", m.key, m.key))
 		case m.key == "$schema":
 			if v.kind == kindString && !draft07URIs[v.str] {
-				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 (%s) is supported", clip(v.str), draft07URI))
+				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 is supported, as %s", clip(v.str), draft07Spellings))
 			}
 		case laterKeywords[m.key] != "":
 			c.fail(p, fmt.Sprintf("keyword %s refused: it is JSON Schema %s, which the draft-07 validator would ignore, so the schema would accept what it says it refuses",
 				m.key, laterKeywords[m.key]))
 		case m.key == "$ref":
 			c.checkRef(v, p)
+		case m.key == "enum" || m.key == "const":
+			// Values, not schemas: gojsonschema neither compiles nor
+			// resolves anything inside them (schemaPool skips them too).
+		case m.key == "pattern":
+			c.checkPattern(v, p)
+		case m.key == "format":
+			c.checkFormat(v, p)
+		case m.key == "type":
+			c.checkType(v, p)
 		case m.key == "$id" && n == c.root:
 			c.checkRootID(v, p)
 		case m.key == "$id" || m.key == "id":
@@ -539,6 +556,11 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		case kwSchemaMap[m.key]:
 			for _, sm := range v.members {
 				sp := p + "/" + escapeToken(sm.key)
+				if m.key == "patternProperties" {
+					if _, err := regexp.Compile(sm.key); err != nil {
+						c.fail(sp, "patternProperties key is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references): "+regexpReason(err))
+					}
+				}
 				if m.key == "properties" || m.key == "dependencies" {
 					c.names[sm.key] = true
 				}
@@ -554,6 +576,7 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 			}
 		case m.key == "required":
 			c.collectNames(v)
+			c.checkRequired(v, p)
 			c.checkData(v, p)
 		default: // data keywords, annotations and unknown keywords
 			c.checkData(v, p)
