@@ -80,9 +80,12 @@ type Registry struct {
 	names   []string // sorted
 }
 
-// LoadDir loads and compiles every regular file whose name ends in ".json"
+// LoadDir loads and compiles every file whose name ends in ".json"
 // directly in dir (subdirectories are not read) into a Registry; each schema
-// is named after its file without ".json". An empty dir gives an empty
+// is named after its file without ".json". Each must be a regular file (or
+// a symlink to one) of at most [MaxSchemaFileBytes]: a named pipe, a
+// device, a socket or a larger file is refused with a *[LoadError] naming
+// it, before anything is read from it. An empty dir gives an empty
 // Registry. A missing or unreadable dir is an error wrapping the
 // [io/fs.PathError]. A file refused by the load-time rules (see [LoadFS])
 // gives a *[LoadError] per broken rule: every fault of every file is
@@ -152,21 +155,108 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 		return nil, fmt.Errorf("artifact: schema directory: %w", err)
 	}
 	var files []srcFile
+	var refused []error
 	for _, e := range entries {
 		file := e.Name()
 		if !strings.HasSuffix(file, ".json") || e.IsDir() {
 			continue
 		}
-		if !e.Type().IsRegular() && e.Type()&fs.ModeSymlink == 0 {
-			continue // devices, pipes, sockets
-		}
-		b, err := fs.ReadFile(fsys, path.Join(dir, file))
-		if err != nil {
-			return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+		b, err := readSchemaFile(fsys, path.Join(dir, file), file)
+		var le *LoadError
+		switch {
+		case errors.As(err, &le):
+			refused = append(refused, err)
+			continue
+		case err != nil:
+			return nil, err
+		case b == nil: // a symlink to a directory: not read, as subdirectories are not
+			continue
 		}
 		files = append(files, srcFile{name: file, b: b})
 	}
+	if len(refused) > 0 {
+		// Name these with every fault of the files that could be read.
+		if _, err := loadFiles(files); err != nil {
+			refused = append(refused, err)
+		}
+		return nil, joinInFileOrder(refused)
+	}
 	return loadFiles(files)
+}
+
+// joinInFileOrder joins load errors as [joinLoadErrors] does, files in
+// name order (stable: each file's faults keep their order).
+func joinInFileOrder(errs []error) error {
+	err := joinLoadErrors(errs)
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	flat := slices.Clone(j.Unwrap())
+	file := func(e error) string {
+		var le *LoadError
+		if !errors.As(e, &le) {
+			return ""
+		}
+		return le.File
+	}
+	slices.SortStableFunc(flat, func(a, b error) int { return strings.Compare(file(a), file(b)) })
+	return errors.Join(flat...)
+}
+
+// MaxSchemaFileBytes bounds one schema file: a larger one is refused
+// unread. A schema travels in every brief that names it, which must fit
+// one NATS message (1 MiB by default).
+const MaxSchemaFileBytes = 1 << 20
+
+// readSchemaFile reads schema file p of fsys (named file in errors). The
+// entry, or what its symlink points at, must be a regular file: a named
+// pipe would block the read forever and a device such as /dev/zero never
+// ends, so anything else is a *LoadError, found by stat before the file is
+// opened. At most MaxSchemaFileBytes are read. A directory gives nil, nil.
+func readSchemaFile(fsys fs.FS, p, file string) ([]byte, error) {
+	fi, err := fs.Stat(fsys, p) // follows a symlink
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	if fi.IsDir() {
+		return nil, nil
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &LoadError{File: file, Reason: "not a regular file (" + fileKind(fi.Mode()) + "): a schema is a regular file, or a symlink to one"}
+	}
+	tooLarge := &LoadError{File: file, Reason: fmt.Sprintf("larger than %d bytes (1 MiB), the most a schema file may hold", MaxSchemaFileBytes)}
+	if fi.Size() > MaxSchemaFileBytes {
+		return nil, tooLarge
+	}
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSchemaFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	if len(b) > MaxSchemaFileBytes {
+		return nil, tooLarge // it grew since the stat
+	}
+	return b, nil
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of mode " + m.Type().String()
 }
 
 // Get returns the schema named name. For a name the registry does not hold,
