@@ -221,6 +221,12 @@ func TestLoadRefusals(t *testing.T) {
 			"/properties/p/additionalProperties", "keyword additionalProperties beside $ref refused"},
 		{"type before $ref", `{"properties":{"p":{"type":"object","$ref":"#/definitions/o"}},"definitions":{"o":{}}}`, "/properties/p/type", "keyword type beside $ref refused"},
 		{"pattern not a string", `{"pattern":1}`, "/pattern", "pattern must be a string"},
+		{"minLength a string", `{"properties":{"a":{"minLength":"3"}}}`, "/properties/a/minLength", "minLength must be a non-negative integer"},
+		{"maxItems negative", `{"maxItems":-1}`, "/maxItems", "maxItems must be a non-negative integer"},
+		{"minProperties with a fraction", `{"minProperties":2.0}`, "/minProperties", "minProperties must be a non-negative integer written without a fraction or exponent"},
+		{"maximum a string", `{"maximum":"10"}`, "/maximum", "maximum must be a number"},
+		{"multipleOf 0", `{"multipleOf":0}`, "/multipleOf", "multipleOf must be greater than 0"},
+		{"uniqueItems a string", `{"uniqueItems":"yes"}`, "/uniqueItems", "uniqueItems must be true or false"},
 		{"patternProperties key", `{"patternProperties":{"^ok$":{},"(a)\\1":{}}}`, "/patternProperties/(a)\\1",
 			"patternProperties key is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references): invalid escape sequence"},
 		{"dangling ref", `{"properties":{"a":{"$ref":"#/definitions/none"}}}`, "/properties/a/$ref", "points at nothing"},
@@ -315,6 +321,23 @@ func TestLoadNamesEveryFault(t *testing.T) {
 		t.Errorf("Error() has %d lines, want one per fault:\n%s", lines, err)
 	}
 
+	// What only the compiler refuses is named too, with the faults of the
+	// other files (it was hidden while another file had a refused keyword).
+	dir = t.TempDir()
+	for name, doc := range map[string]string{
+		"b.json": `{"properties":{"x":{"minContains":1}}}`,
+		"c.json": `{"properties":{"tags":{"enum":"red"}}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = artifact.LoadDir(dir)
+	if err == nil || !strings.HasPrefix(err.Error(), "artifact: schema b.json at /properties/x/minContains: keyword minContains refused") ||
+		!strings.Contains(err.Error(), "\nartifact: schema c.json: does not compile: ") || strings.Count(err.Error(), "\n") != 1 {
+		t.Errorf("LoadDir = %v, want b.json's keyword, then c.json's compile fault", err)
+	}
+
 	// Reference rules are checked once every file passes the others, and
 	// name every fault too.
 	_, err = loadOne(t, "r", `{"properties":{"a":{"$ref":"#/definitions/none"},"b":{"$ref":"https://x.test/none.json"},"c":{"$ref":"#"}},"allOf":[{"$ref":"#"}]}`)
@@ -370,6 +393,7 @@ func TestLoadAccepts(t *testing.T) {
 		{"annotations beside $ref", `{"definitions":{"o":{"type":"object"}},"properties":{"p":{"$ref":"#/definitions/o","title":"P","description":"d","$comment":"c","default":{},"examples":[{}]}}}`},
 		{"$ref beside definitions at the top", `{"$ref":"#/definitions/o","definitions":{"o":{"type":"object"}}}`},
 		{"every format gojsonschema checks", `{"anyOf":[` + formatSchemas() + `]}`},
+		{"numbers as gojsonschema takes them", `{"minLength":0,"maxLength":10,"minItems":1,"maximum":1e400,"minimum":-1.5,"exclusiveMaximum":7,"multipleOf":0.01,"uniqueItems":true}`},
 		{"patterns RE2 accepts", `{"pattern":"^[a-z]{2,5}(?:-[0-9]+)?$","patternProperties":{"^x-(?P<n>[a-z]+)$":{}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,8 +3,10 @@ package artifact
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"regexp"
 	"regexp/syntax"
+	"strconv"
 	"strings"
 
 	"github.com/xeipuuv/gojsonschema"
@@ -118,4 +120,30 @@ func regexpReason(err error) string {
 		return string(se.Code) + ": " + clip(se.Expr)
 	}
 	return "does not compile"
+}
+
+// countKeywords take a non-negative integer (draft-handrews-json-schema-
+// validation-01 §6.2–6.5), which gojsonschema reads as an int64: "2.0"
+// and "1e2" do not compile.
+var countKeywords = map[string]bool{"minLength": true, "maxLength": true, "minItems": true, "maxItems": true, "minProperties": true, "maxProperties": true}
+
+// boundKeywords take a number; multipleOf one greater than 0
+// (draft-handrews-json-schema-validation-01 §6.2).
+var boundKeywords = map[string]bool{"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true, "multipleOf": true}
+
+func (c *checker) checkCount(v *onode, p, key string) {
+	n, err := strconv.ParseInt(v.str, 10, 64)
+	if v.kind != kindScalar || err != nil || n < 0 {
+		c.fail(p, key+" must be a non-negative integer written without a fraction or exponent")
+	}
+}
+
+func (c *checker) checkBound(v *onode, p, key string) {
+	r, ok := new(big.Rat).SetString(v.str)
+	switch {
+	case v.kind != kindScalar || !ok:
+		c.fail(p, key+" must be a number")
+	case key == "multipleOf" && r.Sign() <= 0:
+		c.fail(p, "multipleOf must be greater than 0")
+	}
 }

@@ -354,7 +354,19 @@ func loadFiles(files []srcFile) (*Registry, error) {
 		docs = append(docs, d)
 	}
 	if len(errs) > 0 {
-		return nil, joinLoadErrors(errs)
+		// Name what the compiler refuses in the files that passed, with
+		// the faults of the others. A file that references another is
+		// compiled only once every file passes (its references need the
+		// reference rules first).
+		for _, d := range docs {
+			if len(d.c.ext) > 0 {
+				continue
+			}
+			if _, err := compileGo(d.b, nil); err != nil {
+				errs = append(errs, &LoadError{File: d.file, Reason: "does not compile: " + err.Error()})
+			}
+		}
+		return nil, joinInFileOrder(errs)
 	}
 	g := newRefGraph(docs, byID)
 	if err := g.check(); err != nil {
@@ -622,6 +634,14 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 			c.checkFormat(v, p)
 		case m.key == "type":
 			c.checkType(v, p)
+		case countKeywords[m.key]:
+			c.checkCount(v, p, m.key)
+		case boundKeywords[m.key]:
+			c.checkBound(v, p, m.key)
+		case m.key == "uniqueItems":
+			if v.kind != kindBool {
+				c.fail(p, "uniqueItems must be true or false")
+			}
 		case m.key == "$id" && n == c.root:
 			c.checkRootID(v, p)
 		case m.key == "$id" || m.key == "id":
@@ -792,7 +812,7 @@ func escapeToken(s string) string {
 // load-time checks report the first offending key as it appears in the file.
 type onode struct {
 	kind    byte
-	str     string // kindString
+	str     string // kindString; the number's text for a number (kindScalar)
 	members []omember
 	elems   []*onode
 }
@@ -877,6 +897,8 @@ func parseValue(dec *json.Decoder) (*onode, error) {
 		return &onode{kind: kindString, str: t}, nil
 	case bool:
 		return &onode{kind: kindBool}, nil
+	case json.Number:
+		return &onode{kind: kindScalar, str: string(t)}, nil
 	default:
 		return &onode{kind: kindScalar}, nil
 	}
