@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -281,7 +282,10 @@ func trackerWithStore(t *testing.T, agents map[string]EventLimits) (*Tracker, je
 	_, _, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	tr := &Tracker{Schemas: builtinSchemas(t), Log: newTracker(t).Log, Agents: agents}
+	// Artifacts of up to 512 KiB, so that one update makes a large
+	// record (past max_artifact_bytes it would fail the task at once).
+	tr := &Tracker{Schemas: builtinSchemas(t), Log: newTracker(t).Log, Agents: agents,
+		Policies: map[string]artifact.Policy{"fraud-review": {MaxArtifactBytes: 512 << 10}}}
 	s, err := NewStore(ctx, js, 1, tr.Track)
 	if err != nil {
 		t.Fatal(err)
