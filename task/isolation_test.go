@@ -126,6 +126,9 @@ func TestFlappingAgentHistoryIsBounded(t *testing.T) {
 // the record stays within what a KV value holds.
 func TestEventOverTheRecordBudgetIsCounted(t *testing.T) {
 	tr := newTracker(t)
+	// The 300 KiB artifact below is within max_artifact_bytes, so it is
+	// the record's budget that refuses it.
+	tr.Policies = map[string]artifact.Policy{"fraud-review": {MaxArtifactBytes: 512 << 10}}
 	now := time.Now().UTC()
 	// A record already large: a brief of 700 KiB waits in its outbox.
 	brief, _ := json.Marshal(map[string]string{"evidence": strings.Repeat("e", 700<<10)})
