@@ -121,9 +121,21 @@ func LoadDir(dir string) (*Registry, error) {
 //     "prefixItems", "dependentRequired", "dependentSchemas",
 //     "minContains", "maxContains", "$anchor", "$dynamicRef",
 //     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
-//     "$vocabulary"): the draft-07 validator would ignore it, and the
-//     schema would accept what it says it refuses. "$defs" is accepted as
-//     a place for subschemas, like "definitions";
+//     "$vocabulary", "contentSchema"): the draft-07 validator would ignore
+//     it, and the schema would accept what it says it refuses. "$defs" is
+//     accepted as a place for subschemas, like "definitions";
+//   - no keyword that asserts or applies subschemas stands beside a
+//     "$ref" (draft-07 ignores the siblings of "$ref"; annotations,
+//     "$id", "$schema" and "definitions"/"$defs" may), and every "format"
+//     is one gojsonschema checks ([CheckedFormats]);
+//   - every keyword value the compiler would refuse that these checks
+//     know is named at its pointer: a "pattern" or "patternProperties"
+//     key Go's regexp does not compile, a "type" that names no draft-07
+//     type, a "required" that is not an array of distinct strings, a
+//     count ("minLength", …) that is not a non-negative integer, a bound
+//     that is not a number, "multipleOf" not above 0, "uniqueItems" not a
+//     boolean. "enum" and "const" values are data: nothing in them is
+//     checked or resolved (gojsonschema does neither);
 //   - the top-level "$id", if any, is a plain-name fragment "#name" or an
 //     absolute URI without a fragment (an empty one is dropped), not
 //     file:; no two schemas of the directory have the same URI;
