@@ -170,6 +170,10 @@ func TestLoadRefusals(t *testing.T) {
 		{"ref_relative_no_id", "/properties/address/$ref", "relative $ref refused: the schema has no top-level $id"},
 		{"ref_cycle_across_files", "/anyOf/0/$ref", "$ref cycle"},
 		{"id_duplicate", "/$id", "$id https://schemas.example.test/address.json already identifies a.json"},
+		{"ref_siblings", "/required", "keyword required beside $ref refused: in draft-07 a $ref makes its siblings ignored"},
+		{"format_unchecked", "/properties/wait/format", `format "duration" refused: the validator does not check it`},
+		{"content_schema", "/properties/payload/contentSchema", "keyword contentSchema refused: it is JSON Schema 2019-09"},
+		{"pattern_lookbehind", "/properties/code/pattern", "pattern is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references): invalid named capture: (?<=EU-)[0-9]+"},
 	}
 	for _, tc := range fixtures {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -202,7 +206,29 @@ func TestLoadRefusals(t *testing.T) {
 		{"top-level string", `"x"`, "", "not a JSON object"},
 		{"trailing data", `{} {}`, "", "not valid JSON"},
 		{"empty file", ``, "", "not valid JSON"},
-		{"does not compile: bad type", `{"type":"strnig"}`, "", "does not compile"},
+		{"bad type", `{"type":"strnig"}`, "/type", `type "strnig" unknown`},
+		{"bad type in array", `{"properties":{"a":{"type":["string","strnig"]}}}`, "/properties/a/type/1", "type must be one of"},
+		{"required not an array", `{"required":"a"}`, "/required", "required must be an array"},
+		{"required twice", `{"required":["a","b","a"]}`, "/required/2", `required names "a" twice`},
+		{"format not a string", `{"format":7}`, "/format", "format must be a string"},
+		{"format duration (2019-09)", `{"properties":{"wait":{"type":"string","format":"duration"}}}`, "/properties/wait/format",
+			`format "duration" refused: the validator does not check it and would pass every value; the formats it checks are date, time, date-time,`},
+		{"contentSchema (2019-09)", `{"type":"string","contentMediaType":"application/json","contentSchema":{"type":"object"}}`, "/contentSchema",
+			"keyword contentSchema refused: it is JSON Schema 2019-09"},
+		{"required beside $ref", `{"definitions":{"o":{"type":"object"}},"$ref":"#/definitions/o","required":["must"]}`, "/required",
+			`keyword required beside $ref refused: in draft-07 a $ref makes its siblings ignored, so the schema would accept what it says it refuses; wrap them in allOf`},
+		{"additionalProperties beside $ref", `{"type":"object","properties":{"p":{"$ref":"#/definitions/o","additionalProperties":false}},"definitions":{"o":{"type":"object"}}}`,
+			"/properties/p/additionalProperties", "keyword additionalProperties beside $ref refused"},
+		{"type before $ref", `{"properties":{"p":{"type":"object","$ref":"#/definitions/o"}},"definitions":{"o":{}}}`, "/properties/p/type", "keyword type beside $ref refused"},
+		{"pattern not a string", `{"pattern":1}`, "/pattern", "pattern must be a string"},
+		{"minLength a string", `{"properties":{"a":{"minLength":"3"}}}`, "/properties/a/minLength", "minLength must be a non-negative integer"},
+		{"maxItems negative", `{"maxItems":-1}`, "/maxItems", "maxItems must be a non-negative integer"},
+		{"minProperties with a fraction", `{"minProperties":2.0}`, "/minProperties", "minProperties must be a non-negative integer written without a fraction or exponent"},
+		{"maximum a string", `{"maximum":"10"}`, "/maximum", "maximum must be a number"},
+		{"multipleOf 0", `{"multipleOf":0}`, "/multipleOf", "multipleOf must be greater than 0"},
+		{"uniqueItems a string", `{"uniqueItems":"yes"}`, "/uniqueItems", "uniqueItems must be true or false"},
+		{"patternProperties key", `{"patternProperties":{"^ok$":{},"(a)\\1":{}}}`, "/patternProperties/(a)\\1",
+			"patternProperties key is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references): invalid escape sequence"},
 		{"dangling ref", `{"properties":{"a":{"$ref":"#/definitions/none"}}}`, "/properties/a/$ref", "points at nothing"},
 		{"undefined plain name", `{"properties":{"a":{"$ref":"#nobody"}}}`, "/properties/a/$ref", "names no $id"},
 		{"bad escape in ref", `{"$ref":"#/a%zz"}`, "/$ref", "not a valid URI reference"},
@@ -218,7 +244,9 @@ func TestLoadRefusals(t *testing.T) {
 		{"cycle: if then else", `{"definitions":{"a":{"if":true,"then":{"$ref":"#/definitions/a"}}}}`, "/definitions/a/then/$ref", "cycle"},
 		{"cycle: dependencies", `{"dependencies":{"x":{"$ref":"#"}}}`, "/dependencies/x/$ref", "cycle"},
 		{"cycle: ref to own ancestor's child", `{"definitions":{"a":{"oneOf":[{"$ref":"#/definitions/a"}]}}}`, "/definitions/a/oneOf/0/$ref", "cycle"},
-		{"does not compile: bad regexp", `{"pattern":"(?<=a)b"}`, "", "does not compile"},
+		{"bad regexp", `{"pattern":"(?<=a)b"}`, "/pattern", "pattern is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references)"},
+		{"dialect names every accepted spelling", `{"$schema":"http://json-schema.org/draft-04/schema#"}`, "/$schema",
+			`dialect "http://json-schema.org/draft-04/schema#" refused: only draft-07 is supported, as "http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema", "https://json-schema.org/draft-07/schema#" or "https://json-schema.org/draft-07/schema"`},
 		// Every 2019-09 / 2020-12 keyword that would change what the
 		// schema accepts, wherever a subschema is.
 		{"unevaluatedProperties", `{"properties":{"a":{}},"unevaluatedProperties":false}`, "/unevaluatedProperties", "2019-09"},
@@ -258,6 +286,7 @@ func TestLoadNamesEveryFault(t *testing.T) {
 			`"unevaluatedProperties":false}`,
 		"b.json": `{"$defs":{"d":{"$anchor":"d"}},"properties":{"q":{"$id":"https://x.test/q.json"}}}`,
 		"c.json": `{"type":"object"}`,
+		"d.json": `{"properties":{"ok":{"type":"string","pattern":"^a$"},"code":{"type":"string","pattern":"(?<=a)b"}}}`,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
@@ -270,6 +299,7 @@ func TestLoadNamesEveryFault(t *testing.T) {
 		{"a.json", "/unevaluatedProperties", "keyword unevaluatedProperties refused"},
 		{"b.json", "/$defs/d/$anchor", "keyword $anchor refused"},
 		{"b.json", "/properties/q/$id", "$id refused"},
+		{"d.json", "/properties/code/pattern", "pattern is not a regular expression Go's regexp accepts"},
 	}
 	var got []*artifact.LoadError
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -289,6 +319,23 @@ func TestLoadNamesEveryFault(t *testing.T) {
 	assertLoadError(t, err, "a.json", "/$schema", "dialect") // errors.As finds the first
 	if lines := strings.Count(err.Error(), "\n") + 1; lines != len(want) {
 		t.Errorf("Error() has %d lines, want one per fault:\n%s", lines, err)
+	}
+
+	// What only the compiler refuses is named too, with the faults of the
+	// other files (it was hidden while another file had a refused keyword).
+	dir = t.TempDir()
+	for name, doc := range map[string]string{
+		"b.json": `{"properties":{"x":{"minContains":1}}}`,
+		"c.json": `{"properties":{"tags":{"enum":"red"}}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = artifact.LoadDir(dir)
+	if err == nil || !strings.HasPrefix(err.Error(), "artifact: schema b.json at /properties/x/minContains: keyword minContains refused") ||
+		!strings.Contains(err.Error(), "\nartifact: schema c.json: does not compile: ") || strings.Count(err.Error(), "\n") != 1 {
+		t.Errorf("LoadDir = %v, want b.json's keyword, then c.json's compile fault", err)
 	}
 
 	// Reference rules are checked once every file passes the others, and
@@ -339,6 +386,15 @@ func TestLoadAccepts(t *testing.T) {
 		{"shared definitions, no cycle", `{"definitions":{"a":{"type":"string"},"b":{"allOf":[{"$ref":"#/definitions/a"},{"$ref":"#/definitions/a"}]}},` +
 			`"anyOf":[{"$ref":"#/definitions/b"},{"$ref":"#/definitions/a"}]}`},
 		{"id as data", `{"default":{"id":"C-1"},"examples":[{"id":"https://x.test/"}],"enum":[{"id":"x"}]}`},
+		// enum and const are values: gojsonschema neither compiles nor
+		// resolves anything in them.
+		{"keywords in enum values", `{"enum":[{"$ref":"http://evil.example/x.json"},{"id":"https://a.example/b"},{"prefixItems":1}]}`},
+		{"keywords in a const value", `{"const":{"$id":"file:///etc/passwd","prefixItems":[1],"pattern":"(?<=a)","format":"duration"}}`},
+		{"annotations beside $ref", `{"definitions":{"o":{"type":"object"}},"properties":{"p":{"$ref":"#/definitions/o","title":"P","description":"d","$comment":"c","default":{},"examples":[{}]}}}`},
+		{"$ref beside definitions at the top", `{"$ref":"#/definitions/o","definitions":{"o":{"type":"object"}}}`},
+		{"every format gojsonschema checks", `{"anyOf":[` + formatSchemas() + `]}`},
+		{"numbers as gojsonschema takes them", `{"minLength":0,"maxLength":10,"minItems":1,"maximum":1e400,"minimum":-1.5,"exclusiveMaximum":7,"multipleOf":0.01,"uniqueItems":true}`},
+		{"patterns RE2 accepts", `{"pattern":"^[a-z]{2,5}(?:-[0-9]+)?$","patternProperties":{"^x-(?P<n>[a-z]+)$":{}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := loadOne(t, "ok", tc.schema)
@@ -351,6 +407,15 @@ func TestLoadAccepts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// formatSchemas is one {"format": …} per format gojsonschema checks.
+func formatSchemas() string {
+	var b []string
+	for _, f := range artifact.CheckedFormats {
+		b = append(b, `{"format":"`+f+`"}`)
+	}
+	return strings.Join(b, ",")
 }
 
 func TestValidateRiskAssessment(t *testing.T) {

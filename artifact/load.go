@@ -80,9 +80,12 @@ type Registry struct {
 	names   []string // sorted
 }
 
-// LoadDir loads and compiles every regular file whose name ends in ".json"
+// LoadDir loads and compiles every file whose name ends in ".json"
 // directly in dir (subdirectories are not read) into a Registry; each schema
-// is named after its file without ".json". An empty dir gives an empty
+// is named after its file without ".json". Each must be a regular file (or
+// a symlink to one) of at most [MaxSchemaFileBytes]: a named pipe, a
+// device, a socket or a larger file is refused with a *[LoadError] naming
+// it, before anything is read from it. An empty dir gives an empty
 // Registry. A missing or unreadable dir is an error wrapping the
 // [io/fs.PathError]. A file refused by the load-time rules (see [LoadFS])
 // gives a *[LoadError] per broken rule: every fault of every file is
@@ -118,9 +121,21 @@ func LoadDir(dir string) (*Registry, error) {
 //     "prefixItems", "dependentRequired", "dependentSchemas",
 //     "minContains", "maxContains", "$anchor", "$dynamicRef",
 //     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor",
-//     "$vocabulary"): the draft-07 validator would ignore it, and the
-//     schema would accept what it says it refuses. "$defs" is accepted as
-//     a place for subschemas, like "definitions";
+//     "$vocabulary", "contentSchema"): the draft-07 validator would ignore
+//     it, and the schema would accept what it says it refuses. "$defs" is
+//     accepted as a place for subschemas, like "definitions";
+//   - no keyword that asserts or applies subschemas stands beside a
+//     "$ref" (draft-07 ignores the siblings of "$ref"; annotations,
+//     "$id", "$schema" and "definitions"/"$defs" may), and every "format"
+//     is one gojsonschema checks ([CheckedFormats]);
+//   - every keyword value the compiler would refuse that these checks
+//     know is named at its pointer: a "pattern" or "patternProperties"
+//     key Go's regexp does not compile, a "type" that names no draft-07
+//     type, a "required" that is not an array of distinct strings, a
+//     count ("minLength", …) that is not a non-negative integer, a bound
+//     that is not a number, "multipleOf" not above 0, "uniqueItems" not a
+//     boolean. "enum" and "const" values are data: nothing in them is
+//     checked or resolved (gojsonschema does neither);
 //   - the top-level "$id", if any, is a plain-name fragment "#name" or an
 //     absolute URI without a fragment (an empty one is dropped), not
 //     file:; no two schemas of the directory have the same URI;
@@ -152,21 +167,108 @@ func LoadFS(fsys fs.FS, dir string) (*Registry, error) {
 		return nil, fmt.Errorf("artifact: schema directory: %w", err)
 	}
 	var files []srcFile
+	var refused []error
 	for _, e := range entries {
 		file := e.Name()
 		if !strings.HasSuffix(file, ".json") || e.IsDir() {
 			continue
 		}
-		if !e.Type().IsRegular() && e.Type()&fs.ModeSymlink == 0 {
-			continue // devices, pipes, sockets
-		}
-		b, err := fs.ReadFile(fsys, path.Join(dir, file))
-		if err != nil {
-			return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+		b, err := readSchemaFile(fsys, path.Join(dir, file), file)
+		var le *LoadError
+		switch {
+		case errors.As(err, &le):
+			refused = append(refused, err)
+			continue
+		case err != nil:
+			return nil, err
+		case b == nil: // a symlink to a directory: not read, as subdirectories are not
+			continue
 		}
 		files = append(files, srcFile{name: file, b: b})
 	}
+	if len(refused) > 0 {
+		// Name these with every fault of the files that could be read.
+		if _, err := loadFiles(files); err != nil {
+			refused = append(refused, err)
+		}
+		return nil, joinInFileOrder(refused)
+	}
 	return loadFiles(files)
+}
+
+// joinInFileOrder joins load errors as [joinLoadErrors] does, files in
+// name order (stable: each file's faults keep their order).
+func joinInFileOrder(errs []error) error {
+	err := joinLoadErrors(errs)
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	flat := slices.Clone(j.Unwrap())
+	file := func(e error) string {
+		var le *LoadError
+		if !errors.As(e, &le) {
+			return ""
+		}
+		return le.File
+	}
+	slices.SortStableFunc(flat, func(a, b error) int { return strings.Compare(file(a), file(b)) })
+	return errors.Join(flat...)
+}
+
+// MaxSchemaFileBytes bounds one schema file: a larger one is refused
+// unread. A schema travels in every brief that names it, which must fit
+// one NATS message (1 MiB by default).
+const MaxSchemaFileBytes = 1 << 20
+
+// readSchemaFile reads schema file p of fsys (named file in errors). The
+// entry, or what its symlink points at, must be a regular file: a named
+// pipe would block the read forever and a device such as /dev/zero never
+// ends, so anything else is a *LoadError, found by stat before the file is
+// opened. At most MaxSchemaFileBytes are read. A directory gives nil, nil.
+func readSchemaFile(fsys fs.FS, p, file string) ([]byte, error) {
+	fi, err := fs.Stat(fsys, p) // follows a symlink
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	if fi.IsDir() {
+		return nil, nil
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &LoadError{File: file, Reason: "not a regular file (" + fileKind(fi.Mode()) + "): a schema is a regular file, or a symlink to one"}
+	}
+	tooLarge := &LoadError{File: file, Reason: fmt.Sprintf("larger than %d bytes (1 MiB), the most a schema file may hold", MaxSchemaFileBytes)}
+	if fi.Size() > MaxSchemaFileBytes {
+		return nil, tooLarge
+	}
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSchemaFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("artifact: read schema %s: %w", file, err)
+	}
+	if len(b) > MaxSchemaFileBytes {
+		return nil, tooLarge // it grew since the stat
+	}
+	return b, nil
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of mode " + m.Type().String()
 }
 
 // Get returns the schema named name. For a name the registry does not hold,
@@ -264,7 +366,19 @@ func loadFiles(files []srcFile) (*Registry, error) {
 		docs = append(docs, d)
 	}
 	if len(errs) > 0 {
-		return nil, joinLoadErrors(errs)
+		// Name what the compiler refuses in the files that passed, with
+		// the faults of the others. A file that references another is
+		// compiled only once every file passes (its references need the
+		// reference rules first).
+		for _, d := range docs {
+			if len(d.c.ext) > 0 {
+				continue
+			}
+			if _, err := compileGo(d.b, nil); err != nil {
+				errs = append(errs, &LoadError{File: d.file, Reason: "does not compile: " + err.Error()})
+			}
+		}
+		return nil, joinInFileOrder(errs)
 	}
 	g := newRefGraph(docs, byID)
 	if err := g.check(); err != nil {
@@ -400,6 +514,9 @@ func (l refusedLoader) JsonReference() (gojsonreference.JsonReference, error) {
 // https, with and without the empty fragment.
 const draft07URI = "http://json-schema.org/draft-07/schema#"
 
+// draft07Spellings names every accepted spelling, for the refusal.
+const draft07Spellings = `"http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema", "https://json-schema.org/draft-07/schema#" or "https://json-schema.org/draft-07/schema"`
+
 var draft07URIs = map[string]bool{
 	draft07URI: true, "http://json-schema.org/draft-07/schema": true,
 	"https://json-schema.org/draft-07/schema#": true, "https://json-schema.org/draft-07/schema": true,
@@ -415,6 +532,7 @@ var laterKeywords = map[string]string{
 	"minContains": "2019-09", "maxContains": "2019-09",
 	"$anchor": "2019-09", "$recursiveRef": "2019-09", "$recursiveAnchor": "2019-09", "$vocabulary": "2019-09",
 	"prefixItems": "2020-12", "$dynamicRef": "2020-12", "$dynamicAnchor": "2020-12",
+	"contentSchema": "2019-09",
 }
 
 // plainName matches a draft-07 plain-name fragment (draft-handrews-json-
@@ -502,19 +620,40 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		return
 	}
 	c.schemas[n] = ptr
+	ref, hasRef := n.member("$ref")
+	hasRef = hasRef && ref.kind == kindString
 	for _, m := range n.members {
 		p := ptr + "/" + escapeToken(m.key)
 		v := m.val
 		switch {
+		case hasRef && ignoredBesideRef[m.key]:
+			c.fail(p, fmt.Sprintf("keyword %s beside $ref refused: in draft-07 a $ref makes its siblings ignored, so the schema would accept what it says it refuses; wrap them in allOf: {\"allOf\": [{\"$ref\": …}, {%q: …}]}", m.key, m.key))
 		case m.key == "$schema":
 			if v.kind == kindString && !draft07URIs[v.str] {
-				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 (%s) is supported", clip(v.str), draft07URI))
+				c.fail(p, fmt.Sprintf("dialect %q refused: only draft-07 is supported, as %s", clip(v.str), draft07Spellings))
 			}
 		case laterKeywords[m.key] != "":
 			c.fail(p, fmt.Sprintf("keyword %s refused: it is JSON Schema %s, which the draft-07 validator would ignore, so the schema would accept what it says it refuses",
 				m.key, laterKeywords[m.key]))
 		case m.key == "$ref":
 			c.checkRef(v, p)
+		case m.key == "enum" || m.key == "const":
+			// Values, not schemas: gojsonschema neither compiles nor
+			// resolves anything inside them (schemaPool skips them too).
+		case m.key == "pattern":
+			c.checkPattern(v, p)
+		case m.key == "format":
+			c.checkFormat(v, p)
+		case m.key == "type":
+			c.checkType(v, p)
+		case countKeywords[m.key]:
+			c.checkCount(v, p, m.key)
+		case boundKeywords[m.key]:
+			c.checkBound(v, p, m.key)
+		case m.key == "uniqueItems":
+			if v.kind != kindBool {
+				c.fail(p, "uniqueItems must be true or false")
+			}
 		case m.key == "$id" && n == c.root:
 			c.checkRootID(v, p)
 		case m.key == "$id" || m.key == "id":
@@ -539,6 +678,11 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 		case kwSchemaMap[m.key]:
 			for _, sm := range v.members {
 				sp := p + "/" + escapeToken(sm.key)
+				if m.key == "patternProperties" {
+					if _, err := regexp.Compile(sm.key); err != nil {
+						c.fail(sp, "patternProperties key is not a regular expression Go's regexp accepts (RE2 syntax: no look-around, no back-references): "+regexpReason(err))
+					}
+				}
 				if m.key == "properties" || m.key == "dependencies" {
 					c.names[sm.key] = true
 				}
@@ -554,6 +698,7 @@ func (c *checker) checkSchema(n *onode, ptr string) {
 			}
 		case m.key == "required":
 			c.collectNames(v)
+			c.checkRequired(v, p)
 			c.checkData(v, p)
 		default: // data keywords, annotations and unknown keywords
 			c.checkData(v, p)
@@ -679,7 +824,7 @@ func escapeToken(s string) string {
 // load-time checks report the first offending key as it appears in the file.
 type onode struct {
 	kind    byte
-	str     string // kindString
+	str     string // kindString; the number's text for a number (kindScalar)
 	members []omember
 	elems   []*onode
 }
@@ -764,6 +909,8 @@ func parseValue(dec *json.Decoder) (*onode, error) {
 		return &onode{kind: kindString, str: t}, nil
 	case bool:
 		return &onode{kind: kindBool}, nil
+	case json.Number:
+		return &onode{kind: kindScalar, str: string(t)}, nil
 	default:
 		return &onode{kind: kindScalar}, nil
 	}

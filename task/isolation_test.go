@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,6 +126,9 @@ func TestFlappingAgentHistoryIsBounded(t *testing.T) {
 // the record stays within what a KV value holds.
 func TestEventOverTheRecordBudgetIsCounted(t *testing.T) {
 	tr := newTracker(t)
+	// The 300 KiB artifact below is within max_artifact_bytes, so it is
+	// the record's budget that refuses it.
+	tr.Policies = map[string]artifact.Policy{"fraud-review": {MaxArtifactBytes: 512 << 10}}
 	now := time.Now().UTC()
 	// A record already large: a brief of 700 KiB waits in its outbox.
 	brief, _ := json.Marshal(map[string]string{"evidence": strings.Repeat("e", 700<<10)})
@@ -281,7 +285,10 @@ func trackerWithStore(t *testing.T, agents map[string]EventLimits) (*Tracker, je
 	_, _, js := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	tr := &Tracker{Schemas: builtinSchemas(t), Log: newTracker(t).Log, Agents: agents}
+	// Artifacts of up to 512 KiB, so that one update makes a large
+	// record (past max_artifact_bytes it would fail the task at once).
+	tr := &Tracker{Schemas: builtinSchemas(t), Log: newTracker(t).Log, Agents: agents,
+		Policies: map[string]artifact.Policy{"fraud-review": {MaxArtifactBytes: 512 << 10}}}
 	s, err := NewStore(ctx, js, 1, tr.Track)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,8 @@ const MaxPendingBytes = 512 << 10
 const MaxAgentTextBytes = 4096
 
 // MaxPendingParts caps the parts one task may accumulate, over all its
-// artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge.
+// artifacts and chunks; beyond it the task fails with ReasonArtifactTooLarge
+// (naming the artifact that crossed it).
 const MaxPendingParts = 256
 
 // errNoChange tells Store.Update to skip the write.
@@ -497,11 +498,13 @@ func (r *Record) learnIDs(agentTaskID, contextID string, now time.Time) {
 // An artifact whose lastChunk came is sealed: a later update of it is
 // refused and recorded (at ptr), and the content it was sealed with stands;
 // the same artifact again, unchanged (a final Task repeating what was
-// streamed), changes nothing. A chunk that takes its artifact past the
-// policy's max_parts or max_artifact_bytes fails the task at once
-// (ReasonArtifactTooLarge, naming the artifact and the limit), as does
-// going past the task's limits (MaxPendingParts, MaxPendingBytes,
-// max_task_bytes).
+// streamed), changes nothing. An update (a chunk, or a whole artifact)
+// that takes its artifact past the policy's max_parts or
+// max_artifact_bytes fails the task at once, as does one that takes the
+// task past its limits (max_task_bytes, MaxPendingParts,
+// MaxPendingBytes): the reason is ReasonArtifactTooLarge, then the
+// artifact and the limit ("artifact_too_large: artifact ra passed
+// max_parts (16 parts)").
 func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, ptr, msgID string, now time.Time) error {
 	if r.State.Terminal() {
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "artifact", Source: SourceAgent,
@@ -546,27 +549,26 @@ func (t *Tracker) addArtifact(r *Record, u *a2a.TaskArtifactUpdateEvent, ptr, ms
 		r.PendingChunks[i].Last = true
 	}
 	pol := t.policy(r.AgentID)
-	if u.Append {
-		// A whole artifact over these limits gets its verdict on
-		// completion; a chunk stream is cut at the chunk that crosses one.
-		a := r.Pending[i]
-		var over string
-		switch {
-		case len(a.Parts) > pol.MaxParts:
-			over = fmt.Sprintf("max_parts (%d parts)", pol.MaxParts)
-		case artifact.Size(a) > pol.MaxArtifactBytes:
-			over = fmt.Sprintf("max_artifact_bytes (%d bytes)", pol.MaxArtifactBytes)
-		}
-		if over != "" {
-			label := shownArtifactID(a.ArtifactID, i)
-			r.Pending, r.PendingChunks = nil, nil
-			return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge+": artifact "+label+" passed "+over, msgID)
-		}
+	// A chunk stream, or one update, is cut at the update that crosses a
+	// limit, with a reason naming the artifact and the limit.
+	a := r.Pending[i]
+	var over string
+	switch {
+	case len(a.Parts) > pol.MaxParts:
+		over = fmt.Sprintf("max_parts (%d parts)", pol.MaxParts)
+	case artifact.Size(a) > pol.MaxArtifactBytes:
+		over = fmt.Sprintf("max_artifact_bytes (%d bytes)", pol.MaxArtifactBytes)
+	case pendingBytes(r.Pending) > pol.MaxTaskBytes:
+		over = fmt.Sprintf("max_task_bytes (%d bytes over all the task's artifacts)", pol.MaxTaskBytes)
+	case pendingParts(r.Pending) > MaxPendingParts:
+		over = fmt.Sprintf("the task's part limit (%d parts over all its artifacts)", MaxPendingParts)
+	case encodedBytes(r.Pending) > MaxPendingBytes:
+		over = fmt.Sprintf("the task record's limit (%d bytes of JSON-encoded artifacts)", MaxPendingBytes)
 	}
-	if pendingBytes(r.Pending) > pol.MaxTaskBytes || encodedBytes(r.Pending) > MaxPendingBytes ||
-		pendingParts(r.Pending) > MaxPendingParts {
+	if over != "" {
+		label := shownArtifactID(a.ArtifactID, i)
 		r.Pending, r.PendingChunks = nil, nil
-		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge, msgID)
+		return r.Move(now, EventFail, SourceDaemon, ReasonArtifactTooLarge+": artifact "+label+" passed "+over, msgID)
 	}
 	r.UpdatedAt = now
 	return nil

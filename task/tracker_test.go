@@ -457,8 +457,68 @@ func TestTooManyPartsFailTheTask(t *testing.T) {
 	for i := range MaxPendingParts/artifact.DefaultMaxParts + 1 {
 		_ = apply(t, tr, subj, fmt.Sprint("a", i), fmt.Sprintf(`{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":"a%d","parts":[%s]}}}`, i, parts))
 	}
-	if r := get(t, tr, "t1"); r.State != Failed || r.Reason != ReasonArtifactTooLarge || len(r.Pending) != 0 {
-		t.Fatalf("state %s reason %q pending %d, want failed %s", r.State, r.Reason, len(r.Pending), ReasonArtifactTooLarge)
+	want := "artifact_too_large: artifact a16 passed the task's part limit (256 parts over all its artifacts)"
+	if r := get(t, tr, "t1"); r.State != Failed || r.Reason != want || len(r.Pending) != 0 {
+		t.Fatalf("state %s reason %q pending %d, want failed %q", r.State, r.Reason, len(r.Pending), want)
+	}
+}
+
+// Every limit on what a task's artifacts may hold, per artifact or over the
+// task, fails the task at the update that crosses it, whole or chunk, with a
+// reason naming that artifact and the limit (red15-hostile 13: the task-wide
+// ones gave a bare artifact_too_large, one oversized update a verdict
+// naming neither).
+func TestArtifactLimitReasonsNameArtifactAndLimit(t *testing.T) {
+	whole := func(id string, parts int, pad int) string {
+		ps := make([]string, parts)
+		for i := range ps {
+			ps[i] = fmt.Sprintf(`{"data":{"pad":%q}}`, strings.Repeat("x", pad))
+		}
+		return fmt.Sprintf(`{"artifactUpdate":{"taskId":"a1","artifact":{"artifactId":%q,"parts":[%s]},"lastChunk":true}}`, id, strings.Join(ps, ","))
+	}
+	for _, tc := range []struct {
+		name    string
+		policy  artifact.Policy
+		updates []string // the last one crosses the limit
+		reason  string
+	}{
+		{"one update over max_artifact_bytes", artifact.Policy{}, []string{whole("ra", 2, 150<<10)},
+			"artifact_too_large: artifact ra passed max_artifact_bytes (262144 bytes)"},
+		{"one update over max_parts", artifact.Policy{}, []string{whole("ra", 17, 1)},
+			"artifact_too_large: artifact ra passed max_parts (16 parts)"},
+		{"max_task_bytes", artifact.Policy{MaxTaskBytes: 64 << 10},
+			[]string{whole("x-0", 1, 30<<10), whole("x-1", 1, 30<<10), whole("x-2", 1, 30<<10)},
+			"artifact_too_large: artifact x-2 passed max_task_bytes (65536 bytes over all the task's artifacts)"},
+		{"the task record's 512 KiB", artifact.Policy{}, func() (us []string) {
+			for i := range 13 {
+				us = append(us, whole(fmt.Sprint("x-", i), 1, 40<<10))
+			}
+			return us
+		}(), "artifact_too_large: artifact x-12 passed the task record's limit (524288 bytes of JSON-encoded artifacts)"},
+		{"the task's 256 parts", artifact.Policy{}, func() (us []string) {
+			for i := range MaxPendingParts + 1 {
+				us = append(us, whole(fmt.Sprint("s-", i), 1, 1))
+			}
+			return us
+		}(), "artifact_too_large: artifact s-256 passed the task's part limit (256 parts over all its artifacts)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker(t)
+			tr.Policies = map[string]artifact.Policy{"fraud-review": tc.policy}
+			create(t, tr, "t1")
+			subj := "a2a.events.fraud-review.t1"
+			_ = apply(t, tr, subj, "w", working)
+			for n, u := range tc.updates {
+				_ = apply(t, tr, subj, fmt.Sprint("u", n), u)
+				if r := get(t, tr, "t1"); n < len(tc.updates)-1 && r.State != Working {
+					t.Fatalf("after update %d: state %s reason %q, want working until the last", n, r.State, r.Reason)
+				}
+			}
+			r := get(t, tr, "t1")
+			if r.State != Failed || r.Reason != tc.reason || len(r.Pending) != 0 {
+				t.Fatalf("state %s reason %q pending %d, want failed %q", r.State, r.Reason, len(r.Pending), tc.reason)
+			}
+		})
 	}
 }
 
