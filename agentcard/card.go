@@ -193,7 +193,7 @@ func parse(raw []byte) (*Card, []Note, string, error) {
 //   - skill ids are unique; at most [MaxSkills] skills;
 //   - the URL of an interface a2ad would use (protocolBinding
 //     [natsbind.BindingURI]) is absolute, with a host and no user info, and
-//     uses https, http, nats or grpc. Other interfaces, and provider.url,
+//     uses nats, tls, ws, wss (the schemes nats.go dials), https, http or grpc. Other interfaces, and provider.url,
 //     documentationUrl and iconUrl, are never refused for their URL: one
 //     nobody could use is a [Note] ([Check]); a gRPC interface's URL may be
 //     a host:port target (a2a.proto AgentInterface.url);
@@ -212,7 +212,11 @@ func (c *Card) Validate() error {
 	return k.err()
 }
 
-var interfaceSchemes = []string{"https", "http", "nats", "grpc"}
+// interfaceSchemes are the URL schemes of an interface of the NATS
+// binding: nats, and the tls, ws and wss that nats.go also dials
+// (docs/nats-binding.md §3.3), and https, http and grpc, which a card may
+// give for a gateway in front of the binding.
+var interfaceSchemes = []string{"nats", "tls", "ws", "wss", "https", "http", "grpc"}
 
 func checkLen(ptr, s string) error {
 	if len(s) > MaxStringBytes {
@@ -279,36 +283,50 @@ func NATSInterface(c *Card) (Interface, bool) {
 }
 
 // natsFault says why the card's interfaces do not let a2ad delegate to
-// agentID, or "" when they do: the card needs a [NATSInterface], and no
-// entry with protocolBinding [natsbind.BindingURI], at any version, may
-// name another agent than the one the card is registered under.
+// agentID, or "" when they do: the card needs a [NATSInterface].
 //
 // docs/nats-binding.md §3.3 gives the URL as nats://<host:port>/a2a.agent.<agentId>
 // and has a2ad address the agent by the id it configured, not by the URL,
-// whose id SHOULD be the same. So a URL whose path is not a subject under
-// a2a.agent. (nats://host:port, with or without "/") leaves the id implicit
-// and is accepted; a subject naming another id makes the card not
-// delegable. The id is quoted in the reason only when it is a valid agent
-// id (natsbind.ValidToken): no other card text gets there.
-func natsFault(agentID string, ifaces []Interface) string {
+// whose id SHOULD be the same: a URL naming another id is a note
+// ([AgentNotes]), never a reason not to delegate.
+func natsFault(_ string, ifaces []Interface) string {
 	if !slices.ContainsFunc(ifaces, func(in Interface) bool {
 		return in.ProtocolBinding == natsbind.BindingURI && in.ProtocolVersion == a2a.Version
 	}) {
 		return "card has no supportedInterfaces entry with protocolBinding " + natsbind.BindingURI + " and protocolVersion " + a2a.Version
 	}
+	return ""
+}
+
+// AgentNotes are the notes of a card registered as agentID that depend on
+// that id: each interface of the NATS binding whose URL subject names
+// another agent (docs/nats-binding.md §3.3: the URL's agent id SHOULD be
+// the configured one; a2ad addresses the agent by its configured id and
+// delegates all the same). A trailing "/" after the subject is no
+// difference. The id is quoted only when it is a valid agent id
+// (natsbind.ValidToken): no other card text gets into a note.
+func AgentNotes(agentID string, c *Card) []Note {
+	return agentNotes(agentID, c.SupportedInterfaces)
+}
+
+func agentNotes(agentID string, ifaces []Interface) []Note {
+	var notes []Note
 	for i, in := range ifaces {
 		if in.ProtocolBinding != natsbind.BindingURI {
 			continue
 		}
-		switch id, named := subjectAgent(in.URL); {
-		case !named || id == agentID:
-		case natsbind.ValidToken(id):
-			return "card's NATS interface names agent " + id + ", not " + agentID
-		default:
-			return "card's NATS interface at /supportedInterfaces/" + strconv.Itoa(i) + "/url names another agent than " + agentID
+		id, named := subjectAgent(in.URL)
+		if !named || id == agentID {
+			continue
 		}
+		why := "names another agent"
+		if natsbind.ValidToken(id) {
+			why = "names agent " + id
+		}
+		notes = append(notes, Note{Pointer: "/supportedInterfaces/" + strconv.Itoa(i) + "/url",
+			Reason: why + ", not " + agentID + ": a2ad addresses the agent by its configured id " + agentID + " (docs/nats-binding.md §3.3: the URL's agent id SHOULD be the same)"})
 	}
-	return ""
+	return notes
 }
 
 // subjectAgent returns the agent id a NATS interface URL names in its
@@ -318,7 +336,7 @@ func subjectAgent(rawURL string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	rest, ok := strings.CutPrefix(strings.TrimPrefix(u.Path, "/"), "a2a.agent.")
+	rest, ok := strings.CutPrefix(strings.Trim(u.Path, "/"), "a2a.agent.")
 	if !ok {
 		return "", false
 	}
@@ -335,8 +353,8 @@ func truncate(s string, n int) string {
 
 // DelegationFault says why a2ad could not delegate to the card's agent,
 // registered as agentID, over its interfaces, or "" when it could: the card
-// needs a [NATSInterface], and no interface of the NATS binding may name
-// another agent (docs/nats-binding.md §3.3). It is the card's part of
+// needs a [NATSInterface] (docs/nats-binding.md §3.3). An interface naming
+// another agent is one of [AgentNotes], not a fault. It is the card's part of
 // [Record].NotDelegableReason.
 func DelegationFault(agentID string, c *Card) string {
 	return natsFault(agentID, c.SupportedInterfaces)

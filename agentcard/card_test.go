@@ -153,8 +153,8 @@ func TestParseRefuses(t *testing.T) {
 		{"provider without organization", del("organization", "provider"), "/provider/organization", "required"},
 		{"provider without url", del("url", "provider"), "/provider/url", "required"},
 
-		{"interface url scheme ftp", set("url", "ftp://files.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "ftp" is not allowed (want https, http, nats, grpc)`},
-		{"relative interface url", set("url", "/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "" is not allowed (want https, http, nats, grpc)`},
+		{"interface url scheme ftp", set("url", "ftp://files.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "ftp" is not allowed (want nats, tls, ws, wss, https, http, grpc)`},
+		{"relative interface url", set("url", "/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "" is not allowed (want nats, tls, ws, wss, https, http, grpc)`},
 		{"interface url without host", set("url", "nats:a2a.agent.x", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "must be an absolute URL with a host"},
 		{"interface url with credentials", set("url", "https://user:secret@agent.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "must not carry user info"},
 		{"unparsable url", set("url", "https://agent.example/%zz", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "not a valid URL"},

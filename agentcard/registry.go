@@ -501,7 +501,7 @@ func (r *Registry) check(agentID string, card, received []byte) cardCheck {
 	}
 	if parsed, notes, err := inspect(card); err == nil {
 		c.warnings = InjectionWarnings(parsed)
-		c.notes = notes
+		c.notes = append(notes, agentNotes(agentID, ifaces.SupportedInterfaces)...)
 	}
 	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
 	r.mu.Lock()

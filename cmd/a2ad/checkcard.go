@@ -123,6 +123,7 @@ func checkCard(file string, raw []byte, agentID string) cardReport {
 	rep.Warnings = agentcard.InjectionWarnings(card)
 	if agentID != "" {
 		rep.NotDelegableReason = agentcard.DelegationFault(agentID, card)
+		rep.Notes = append(rep.Notes, agentcard.AgentNotes(agentID, card)...)
 	}
 	return rep
 }
