@@ -320,3 +320,39 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// What is there but says nothing, or cannot be used, is a note and never
+// refuses the card (issue 15 point 1: refuse only what is unsafe or
+// unusable): an empty tag list, an empty or blank tag, a blank name, an
+// extension without its uri and a signature without its value (both
+// ignored, and the note says so). An empty ("") required string stays a
+// fault.
+func TestBlankAndUnusableMembersAreNotes(t *testing.T) {
+	skill0 := func(c map[string]any) map[string]any { return c["skills"].([]any)[0].(map[string]any) }
+	for _, tt := range []struct {
+		name string
+		edit func(map[string]any)
+		note Note
+	}{
+		{"tags []", func(c map[string]any) { skill0(c)["tags"] = []any{} }, Note{"/skills/0/tags", "empty: the skill has no tags"}},
+		{`tags [""]`, func(c map[string]any) { skill0(c)["tags"] = []any{""} }, Note{"/skills/0/tags/0", "an empty or blank tag: ignored"}},
+		{"name blank", func(c map[string]any) { c["name"] = "   " }, Note{"/name", "blank (white space only): says nothing"}},
+		{"extension without uri", func(c map[string]any) {
+			c["capabilities"].(map[string]any)["extensions"] = []any{map[string]any{"required": true}}
+		}, Note{"/capabilities/extensions/0/uri", "an extension without its uri is unusable (a2a.proto AgentExtension.uri is required): ignored"}},
+		{"signature without value", func(c map[string]any) { c["signatures"] = []any{map[string]any{"protected": "eyJhbGciOiJFUzI1NiJ9"}} },
+			Note{"/signatures/0/signature", "a signature without its signature value is unusable (a2a.proto AgentCardSignature.signature is required): ignored, never verified"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, notes, err := Check(edit(t, tt.edit))
+			if err != nil || !reflect.DeepEqual(notes, []Note{tt.note}) {
+				t.Errorf("Check = %v, notes %+v; want accepted with the one note %+v", err, notes, tt.note)
+			}
+		})
+	}
+	_, _, err := Check(edit(t, func(c map[string]any) { c["name"] = "" }))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Pointer != "/name" || ve.Reason != "required" {
+		t.Errorf(`Check(name "") = %v, want /name: required`, err)
+	}
+}
