@@ -16,6 +16,7 @@ package agentcard
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -153,12 +154,62 @@ func Check(raw []byte) (*Card, []Note, error) {
 	if len(raw) > MaxCardBytes {
 		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
-	normal, err := Normalize(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, notes, _, err := parse(normal)
+	_, c, notes, _, err := read(raw)
 	return c, notes, err
+}
+
+// read is [Check] that also returns the card's 1.0 form and its
+// fingerprint. A 0.3 card has every fault named at once, of its rewriting
+// and of its 1.0 form, and every fault and note at the pointer of the card
+// as presented (/url, not /supportedInterfaces/0/url).
+func read(raw []byte) ([]byte, *Card, []Note, string, error) {
+	var faults []*ValidationError
+	normal, lay := normalize(raw, func(err error) {
+		if ve, ok := err.(*ValidationError); ok {
+			faults = append(faults, ve)
+		} else {
+			faults = append(faults, invalid("", "%v", err))
+		}
+	})
+	if lay == nil && len(faults) > 0 {
+		return nil, nil, nil, "", faults[0]
+	}
+	if lay == nil {
+		c, notes, fp, err := parse(normal)
+		return normal, c, notes, fp, err
+	}
+	c, notes, fp, err := parse(normal)
+	k := &checker{}
+	for _, f := range faults {
+		k.fault(f.Pointer, "%s", f.Reason)
+	}
+	var ce *CardError
+	switch {
+	case errors.As(err, &ce):
+		for _, f := range ce.Faults {
+			if f.Pointer == "" && strings.HasPrefix(f.Reason, "and ") {
+				continue // the count of more faults: recounted below
+			}
+			if p := lay.presented(f.Pointer); p != "" || f.Pointer == "" {
+				k.fault(p, "%s", f.Reason)
+			}
+		}
+		k.moreFaults += ce.Total - min(ce.Total, MaxFaults)
+	case err != nil:
+		k.faultErr(err)
+	}
+	var mapped []Note
+	for _, n := range notes {
+		if n.Pointer == "" {
+			mapped = append(mapped, n)
+		} else if p := lay.presented(n.Pointer); p != "" {
+			mapped = append(mapped, Note{Pointer: p, Reason: n.Reason})
+		}
+	}
+	if err := k.err(); err != nil {
+		return nil, nil, mapped, "", err
+	}
+	return normal, c, mapped, fp, nil
 }
 
 // parse is Parse that also returns the card's notes and its fingerprint,

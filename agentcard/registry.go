@@ -315,11 +315,7 @@ func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*R
 	if len(raw) > MaxCardBytes {
 		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
-	normal, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
-	if err != nil {
-		return nil, nil, err
-	}
-	card, _, fp, err := parse(normal)
+	normal, card, _, fp, err := read(raw) // a 0.3 card is kept in its 1.0 form
 	if err != nil {
 		return nil, nil, err
 	}

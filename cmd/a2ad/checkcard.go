@@ -25,12 +25,12 @@ type cardReport struct {
 	Warnings    []agentcard.Warning          `json:"warnings,omitempty"`
 	// Agent and NotDelegableReason: with --agent, whether a2ad could
 	// delegate to the card's agent registered under that id.
-	Agent              string `json:"agent,omitempty"`
+	Agent string `json:"agent,omitempty"`
 	// FaultCount and NoteCount are the real totals, also when Faults and
 	// Notes stop at agentcard.MaxFaults and MaxNotes with an "and N more"
 	// entry.
-	FaultCount int `json:"fault_count"`
-	NoteCount  int `json:"note_count"`
+	FaultCount         int    `json:"fault_count"`
+	NoteCount          int    `json:"note_count"`
 	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 }
 
