@@ -356,3 +356,29 @@ func TestBlankAndUnusableMembersAreNotes(t *testing.T) {
 		t.Errorf(`Check(name "") = %v, want /name: required`, err)
 	}
 }
+
+// The card docs/nats-binding.md §3.3 gives as the binding's declaration is
+// accepted as it stands: no fault, no note, delegable as fraud-review.
+func TestNATSBindingDocCardIsAccepted(t *testing.T) {
+	doc, err := os.ReadFile("../docs/nats-binding.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n### 3.3. Agent card declaration\n")
+	section, _, _ = strings.Cut(section, "\n### ")
+	_, block, ok2 := strings.Cut(section, "```json\n")
+	block, _, ok3 := strings.Cut(block, "\n```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/nats-binding.md §3.3 has no JSON card")
+	}
+	card, notes, err := Check([]byte(block))
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("Check(§3.3 card) = %v, notes %+v; want accepted with no note", err, notes)
+	}
+	if r := DelegationFault("fraud-review", card); r != "" {
+		t.Errorf("not delegable as fraud-review: %s", r)
+	}
+	if n := AgentNotes("fraud-review", card); len(n) != 0 {
+		t.Errorf("notes as fraud-review: %+v", n)
+	}
+}
