@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/suggest"
 )
 
 // Size caps applied to every card, in bytes or counts.
@@ -409,4 +411,34 @@ func truncate(s string, n int) string {
 // [Record].NotDelegableReason.
 func DelegationFault(agentID string, c *Card) string {
 	return natsFault(agentID, c.SupportedInterfaces)
+}
+
+// ConfiguredSkillNotes are the notes, at /skills, of each skill id the
+// agent's configuration names (ac.ConfiguredSkills; "*" is every skill)
+// that card c does not declare: a typo there (asses_refund_risk) makes the
+// configured check apply to no skill, so the note says so and names the
+// skill the operator most likely meant. Sorted by skill id.
+func ConfiguredSkillNotes(ac AgentConfig, c *Card) []Note {
+	var ids []string
+	for _, s := range c.Skills {
+		ids = append(ids, s.ID)
+	}
+	var notes []Note
+	for _, id := range slices.Sorted(maps.Keys(ac.ConfiguredSkills)) {
+		if id == "*" || slices.Contains(ids, id) {
+			continue
+		}
+		keys := ac.ConfiguredSkills[id]
+		verb := " configures skill "
+		if len(keys) > 1 {
+			verb = " configure skill "
+		}
+		reason := strings.Join(keys, " and ") + verb + id +
+			", which the card does not declare: that configuration applies to no skill"
+		if meant := suggest.Closest(id, ids); meant != "" && natsbind.ValidToken(meant) {
+			reason += " (did you mean " + meant + "?)"
+		}
+		notes = append(notes, Note{Pointer: "/skills", Reason: reason})
+	}
+	return notes
 }
