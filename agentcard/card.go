@@ -15,6 +15,7 @@ package agentcard
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,6 +211,9 @@ func read(raw []byte) ([]byte, *Card, []Note, string, error) {
 	}
 	if err := k.err(); err != nil {
 		return nil, nil, mapped, "", err
+	}
+	if err != nil || c == nil { // every fault mapped away: never accept for that
+		return nil, nil, mapped, "", cmp.Or(err, error(invalid("", "cannot be read")))
 	}
 	return normal, c, mapped, fp, nil
 }
