@@ -15,8 +15,11 @@ package agentcard
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -24,6 +27,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/suggest"
 )
 
 // Size caps applied to every card, in bytes or counts.
@@ -153,12 +157,65 @@ func Check(raw []byte) (*Card, []Note, error) {
 	if len(raw) > MaxCardBytes {
 		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
-	normal, err := Normalize(raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, notes, _, err := parse(normal)
+	_, c, notes, _, err := read(raw)
 	return c, notes, err
+}
+
+// read is [Check] that also returns the card's 1.0 form and its
+// fingerprint. A 0.3 card has every fault named at once, of its rewriting
+// and of its 1.0 form, and every fault and note at the pointer of the card
+// as presented (/url, not /supportedInterfaces/0/url).
+func read(raw []byte) ([]byte, *Card, []Note, string, error) {
+	var faults []*ValidationError
+	normal, lay := normalize(raw, func(err error) {
+		if ve, ok := err.(*ValidationError); ok {
+			faults = append(faults, ve)
+		} else {
+			faults = append(faults, invalid("", "%v", err))
+		}
+	})
+	if lay == nil && len(faults) > 0 {
+		return nil, nil, nil, "", faults[0]
+	}
+	if lay == nil {
+		c, notes, fp, err := parse(normal)
+		return normal, c, notes, fp, err
+	}
+	c, notes, fp, err := parse(normal)
+	k := &checker{}
+	for _, f := range faults {
+		k.fault(f.Pointer, "%s", f.Reason)
+	}
+	var ce *CardError
+	switch {
+	case errors.As(err, &ce):
+		for _, f := range ce.Faults {
+			if f.Pointer == "" && strings.HasPrefix(f.Reason, "and ") {
+				continue // the count of more faults: recounted below
+			}
+			if p := lay.presented(f.Pointer); p != "" || f.Pointer == "" {
+				k.fault(p, "%s", f.Reason)
+			}
+		}
+		k.moreFaults += ce.Total - min(ce.Total, MaxFaults)
+	case err != nil:
+		k.faultErr(err)
+	}
+	var mapped []Note
+	for _, n := range notes {
+		if n.Pointer == "" {
+			mapped = append(mapped, n)
+		} else if p := lay.presented(n.Pointer); p != "" {
+			mapped = append(mapped, Note{Pointer: p, Reason: n.Reason})
+		}
+	}
+	if err := k.err(); err != nil {
+		return nil, nil, mapped, "", err
+	}
+	if err != nil || c == nil { // every fault mapped away: never accept for that
+		return nil, nil, mapped, "", cmp.Or(err, error(invalid("", "cannot be read")))
+	}
+	return normal, c, mapped, fp, nil
 }
 
 // parse is Parse that also returns the card's notes and its fingerprint,
@@ -193,7 +250,7 @@ func parse(raw []byte) (*Card, []Note, string, error) {
 //   - skill ids are unique; at most [MaxSkills] skills;
 //   - the URL of an interface a2ad would use (protocolBinding
 //     [natsbind.BindingURI]) is absolute, with a host and no user info, and
-//     uses https, http, nats or grpc. Other interfaces, and provider.url,
+//     uses nats, tls, ws, wss (the schemes nats.go dials), https, http or grpc. Other interfaces, and provider.url,
 //     documentationUrl and iconUrl, are never refused for their URL: one
 //     nobody could use is a [Note] ([Check]); a gRPC interface's URL may be
 //     a host:port target (a2a.proto AgentInterface.url);
@@ -212,7 +269,11 @@ func (c *Card) Validate() error {
 	return k.err()
 }
 
-var interfaceSchemes = []string{"https", "http", "nats", "grpc"}
+// interfaceSchemes are the URL schemes of an interface of the NATS
+// binding: nats, and the tls, ws and wss that nats.go also dials
+// (docs/nats-binding.md §3.3), and https, http and grpc, which a card may
+// give for a gateway in front of the binding.
+var interfaceSchemes = []string{"nats", "tls", "ws", "wss", "https", "http", "grpc"}
 
 func checkLen(ptr, s string) error {
 	if len(s) > MaxStringBytes {
@@ -279,36 +340,50 @@ func NATSInterface(c *Card) (Interface, bool) {
 }
 
 // natsFault says why the card's interfaces do not let a2ad delegate to
-// agentID, or "" when they do: the card needs a [NATSInterface], and no
-// entry with protocolBinding [natsbind.BindingURI], at any version, may
-// name another agent than the one the card is registered under.
+// agentID, or "" when they do: the card needs a [NATSInterface].
 //
 // docs/nats-binding.md §3.3 gives the URL as nats://<host:port>/a2a.agent.<agentId>
 // and has a2ad address the agent by the id it configured, not by the URL,
-// whose id SHOULD be the same. So a URL whose path is not a subject under
-// a2a.agent. (nats://host:port, with or without "/") leaves the id implicit
-// and is accepted; a subject naming another id makes the card not
-// delegable. The id is quoted in the reason only when it is a valid agent
-// id (natsbind.ValidToken): no other card text gets there.
-func natsFault(agentID string, ifaces []Interface) string {
+// whose id SHOULD be the same: a URL naming another id is a note
+// ([AgentNotes]), never a reason not to delegate.
+func natsFault(_ string, ifaces []Interface) string {
 	if !slices.ContainsFunc(ifaces, func(in Interface) bool {
 		return in.ProtocolBinding == natsbind.BindingURI && in.ProtocolVersion == a2a.Version
 	}) {
 		return "card has no supportedInterfaces entry with protocolBinding " + natsbind.BindingURI + " and protocolVersion " + a2a.Version
 	}
+	return ""
+}
+
+// AgentNotes are the notes of a card registered as agentID that depend on
+// that id: each interface of the NATS binding whose URL subject names
+// another agent (docs/nats-binding.md §3.3: the URL's agent id SHOULD be
+// the configured one; a2ad addresses the agent by its configured id and
+// delegates all the same). A trailing "/" after the subject is no
+// difference. The id is quoted only when it is a valid agent id
+// (natsbind.ValidToken): no other card text gets into a note.
+func AgentNotes(agentID string, c *Card) []Note {
+	return agentNotes(agentID, c.SupportedInterfaces)
+}
+
+func agentNotes(agentID string, ifaces []Interface) []Note {
+	var notes []Note
 	for i, in := range ifaces {
 		if in.ProtocolBinding != natsbind.BindingURI {
 			continue
 		}
-		switch id, named := subjectAgent(in.URL); {
-		case !named || id == agentID:
-		case natsbind.ValidToken(id):
-			return "card's NATS interface names agent " + id + ", not " + agentID
-		default:
-			return "card's NATS interface at /supportedInterfaces/" + strconv.Itoa(i) + "/url names another agent than " + agentID
+		id, named := subjectAgent(in.URL)
+		if !named || id == agentID {
+			continue
 		}
+		why := "names another agent"
+		if natsbind.ValidToken(id) {
+			why = "names agent " + id
+		}
+		notes = append(notes, Note{Pointer: "/supportedInterfaces/" + strconv.Itoa(i) + "/url",
+			Reason: why + ", not " + agentID + ": a2ad addresses the agent by its configured id " + agentID + " (docs/nats-binding.md §3.3: the URL's agent id SHOULD be the same)"})
 	}
-	return ""
+	return notes
 }
 
 // subjectAgent returns the agent id a NATS interface URL names in its
@@ -318,7 +393,7 @@ func subjectAgent(rawURL string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	rest, ok := strings.CutPrefix(strings.TrimPrefix(u.Path, "/"), "a2a.agent.")
+	rest, ok := strings.CutPrefix(strings.Trim(u.Path, "/"), "a2a.agent.")
 	if !ok {
 		return "", false
 	}
@@ -335,9 +410,39 @@ func truncate(s string, n int) string {
 
 // DelegationFault says why a2ad could not delegate to the card's agent,
 // registered as agentID, over its interfaces, or "" when it could: the card
-// needs a [NATSInterface], and no interface of the NATS binding may name
-// another agent (docs/nats-binding.md §3.3). It is the card's part of
+// needs a [NATSInterface] (docs/nats-binding.md §3.3). An interface naming
+// another agent is one of [AgentNotes], not a fault. It is the card's part of
 // [Record].NotDelegableReason.
 func DelegationFault(agentID string, c *Card) string {
 	return natsFault(agentID, c.SupportedInterfaces)
+}
+
+// ConfiguredSkillNotes are the notes, at /skills, of each skill id the
+// agent's configuration names (ac.ConfiguredSkills; "*" is every skill)
+// that card c does not declare: a typo there (asses_refund_risk) makes the
+// configured check apply to no skill, so the note says so and names the
+// skill the operator most likely meant. Sorted by skill id.
+func ConfiguredSkillNotes(ac AgentConfig, c *Card) []Note {
+	var ids []string
+	for _, s := range c.Skills {
+		ids = append(ids, s.ID)
+	}
+	var notes []Note
+	for _, id := range slices.Sorted(maps.Keys(ac.ConfiguredSkills)) {
+		if id == "*" || slices.Contains(ids, id) {
+			continue
+		}
+		keys := ac.ConfiguredSkills[id]
+		verb := " configures skill "
+		if len(keys) > 1 {
+			verb = " configure skill "
+		}
+		reason := strings.Join(keys, " and ") + verb + id +
+			", which the card does not declare: that configuration applies to no skill"
+		if meant := suggest.Closest(id, ids); meant != "" && natsbind.ValidToken(meant) {
+			reason += " (did you mean " + meant + "?)"
+		}
+		notes = append(notes, Note{Pointer: "/skills", Reason: reason})
+	}
+	return notes
 }

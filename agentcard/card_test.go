@@ -153,8 +153,8 @@ func TestParseRefuses(t *testing.T) {
 		{"provider without organization", del("organization", "provider"), "/provider/organization", "required"},
 		{"provider without url", del("url", "provider"), "/provider/url", "required"},
 
-		{"interface url scheme ftp", set("url", "ftp://files.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "ftp" is not allowed (want https, http, nats, grpc)`},
-		{"relative interface url", set("url", "/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "" is not allowed (want https, http, nats, grpc)`},
+		{"interface url scheme ftp", set("url", "ftp://files.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "ftp" is not allowed (want nats, tls, ws, wss, https, http, grpc)`},
+		{"relative interface url", set("url", "/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", `scheme "" is not allowed (want nats, tls, ws, wss, https, http, grpc)`},
 		{"interface url without host", set("url", "nats:a2a.agent.x", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "must be an absolute URL with a host"},
 		{"interface url with credentials", set("url", "https://user:secret@agent.example/a2a", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "must not carry user info"},
 		{"unparsable url", set("url", "https://agent.example/%zz", "supportedInterfaces", 0), "/supportedInterfaces/0/url", "not a valid URL"},
@@ -318,5 +318,67 @@ func BenchmarkParse(b *testing.B) {
 		if _, err := Parse(raw); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// What is there but says nothing, or cannot be used, is a note and never
+// refuses the card (issue 15 point 1: refuse only what is unsafe or
+// unusable): an empty tag list, an empty or blank tag, a blank name, an
+// extension without its uri and a signature without its value (both
+// ignored, and the note says so). An empty ("") required string stays a
+// fault.
+func TestBlankAndUnusableMembersAreNotes(t *testing.T) {
+	skill0 := func(c map[string]any) map[string]any { return c["skills"].([]any)[0].(map[string]any) }
+	for _, tt := range []struct {
+		name string
+		edit func(map[string]any)
+		note Note
+	}{
+		{"tags []", func(c map[string]any) { skill0(c)["tags"] = []any{} }, Note{"/skills/0/tags", "empty: the skill has no tags"}},
+		{`tags [""]`, func(c map[string]any) { skill0(c)["tags"] = []any{""} }, Note{"/skills/0/tags/0", "an empty or blank tag: ignored"}},
+		{"name blank", func(c map[string]any) { c["name"] = "   " }, Note{"/name", "blank (white space only): says nothing"}},
+		{"extension without uri", func(c map[string]any) {
+			c["capabilities"].(map[string]any)["extensions"] = []any{map[string]any{"required": true}}
+		}, Note{"/capabilities/extensions/0/uri", "an extension without its uri is unusable (a2a.proto AgentExtension.uri is required): ignored"}},
+		{"signature without value", func(c map[string]any) { c["signatures"] = []any{map[string]any{"protected": "eyJhbGciOiJFUzI1NiJ9"}} },
+			Note{"/signatures/0/signature", "a signature without its signature value is unusable (a2a.proto AgentCardSignature.signature is required): ignored, never verified"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, notes, err := Check(edit(t, tt.edit))
+			if err != nil || !reflect.DeepEqual(notes, []Note{tt.note}) {
+				t.Errorf("Check = %v, notes %+v; want accepted with the one note %+v", err, notes, tt.note)
+			}
+		})
+	}
+	_, _, err := Check(edit(t, func(c map[string]any) { c["name"] = "" }))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || ve.Pointer != "/name" || ve.Reason != "required" {
+		t.Errorf(`Check(name "") = %v, want /name: required`, err)
+	}
+}
+
+// The card docs/nats-binding.md §3.3 gives as the binding's declaration is
+// accepted as it stands: no fault, no note, delegable as fraud-review.
+func TestNATSBindingDocCardIsAccepted(t *testing.T) {
+	doc, err := os.ReadFile("../docs/nats-binding.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n### 3.3. Agent card declaration\n")
+	section, _, _ = strings.Cut(section, "\n### ")
+	_, block, ok2 := strings.Cut(section, "```json\n")
+	block, _, ok3 := strings.Cut(block, "\n```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/nats-binding.md §3.3 has no JSON card")
+	}
+	card, notes, err := Check([]byte(block))
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("Check(§3.3 card) = %v, notes %+v; want accepted with no note", err, notes)
+	}
+	if r := DelegationFault("fraud-review", card); r != "" {
+		t.Errorf("not delegable as fraud-review: %s", r)
+	}
+	if n := AgentNotes("fraud-review", card); len(n) != 0 {
+		t.Errorf("notes as fraud-review: %+v", n)
 	}
 }

@@ -33,6 +33,24 @@ type Note struct {
 	Reason  string `json:"reason"`
 }
 
+// moreNotes is the reason of the last note of a card with more than
+// [MaxNotes].
+const moreNotes = "and %d more notes"
+
+// CountNotes returns how many notes notes stands for: those listed, and
+// for a last "and N more notes" entry (a card with more than [MaxNotes])
+// those N instead of that entry.
+func CountNotes(notes []Note) int {
+	n := len(notes)
+	if n > 0 && notes[n-1].Pointer == "" {
+		var more int
+		if _, err := fmt.Sscanf(notes[n-1].Reason, moreNotes, &more); err == nil {
+			return n - 1 + more
+		}
+	}
+	return n
+}
+
 // CardError refuses a card for every fault it has at once (at most
 // [MaxFaults]): first the members of the wrong JSON type, in document order,
 // then what [Card.Validate] refuses, in a2a.proto field order; each a
@@ -41,6 +59,9 @@ type Note struct {
 // first.
 type CardError struct {
 	Faults []*ValidationError
+	// Total is the number of faults found, those beyond [MaxFaults]
+	// included (not counting the last "and N more faults" entry).
+	Total int
 }
 
 // Error returns "agentcard: <pointer>: <reason>" for one fault, and
@@ -78,13 +99,8 @@ type checker struct {
 // fault records a fault at ptr, unless one is recorded at ptr or above it
 // already (a member of the wrong type is not also "required").
 func (k *checker) fault(ptr, format string, args ...any) {
-	if k.faulted[""] || k.faulted[ptr] {
+	if k.atFault(ptr) {
 		return
-	}
-	for i := 1; i < len(ptr); i++ {
-		if ptr[i] == '/' && k.faulted[ptr[:i]] {
-			return
-		}
 	}
 	if k.faulted == nil {
 		k.faulted = map[string]bool{}
@@ -95,6 +111,19 @@ func (k *checker) fault(ptr, format string, args ...any) {
 		return
 	}
 	k.faults = append(k.faults, invalid(ptr, format, args...))
+}
+
+// atFault reports whether a fault is recorded at ptr or above it.
+func (k *checker) atFault(ptr string) bool {
+	if k.faulted[""] || k.faulted[ptr] {
+		return true
+	}
+	for i := 1; i < len(ptr); i++ {
+		if ptr[i] == '/' && k.faulted[ptr[:i]] {
+			return true
+		}
+	}
+	return false
 }
 
 func (k *checker) faultErr(err error) {
@@ -108,7 +137,11 @@ func (k *checker) faultErr(err error) {
 	k.fault("", "%v", err)
 }
 
+// note records a note at ptr, unless a fault is recorded there or above.
 func (k *checker) note(ptr, reason string) {
+	if k.atFault(ptr) {
+		return
+	}
 	if len(k.notes) == MaxNotes {
 		k.moreNotes++
 		return
@@ -125,13 +158,13 @@ func (k *checker) err() error {
 	if k.moreFaults > 0 {
 		faults = append(faults, invalid("", "and %d more faults", k.moreFaults))
 	}
-	return &CardError{Faults: faults}
+	return &CardError{Faults: faults, Total: len(k.faults) + k.moreFaults}
 }
 
 func (k *checker) allNotes() []Note {
 	notes := slices.Clone(k.notes)
 	if k.moreNotes > 0 {
-		notes = append(notes, Note{Reason: fmt.Sprintf("and %d more notes", k.moreNotes)})
+		notes = append(notes, Note{Reason: fmt.Sprintf(moreNotes, k.moreNotes)})
 	}
 	return notes
 }
@@ -370,6 +403,7 @@ func (c *Card) check(k *checker) {
 		k.fault("/capabilities", "required")
 	}
 	k.objects("/capabilities/extensions", c.Capabilities.Extensions)
+	k.missingMember("/capabilities/extensions", c.Capabilities.Extensions, "uri", "an extension without its uri is unusable (a2a.proto AgentExtension.uri is required): ignored")
 	declared := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(c.SecuritySchemes)) {
 		declared[name] = true
@@ -380,6 +414,8 @@ func (c *Card) check(k *checker) {
 	k.requiredList("/defaultOutputModes", c.DefaultOutputModes)
 	c.checkSkills(k, declared)
 	k.objects("/signatures", c.Signatures)
+	k.missingMember("/signatures", c.Signatures, "protected", "a signature without its protected header is unusable (a2a.proto AgentCardSignature.protected is required): ignored, never verified")
+	k.missingMember("/signatures", c.Signatures, "signature", "a signature without its signature value is unusable (a2a.proto AgentCardSignature.signature is required): ignored, never verified")
 	k.link("/iconUrl", c.IconURL)
 }
 
@@ -404,6 +440,13 @@ func (c *Card) checkSkills(k *checker, declared map[string]bool) {
 		k.required(p+"/description", s.Description)
 		if s.Tags == nil {
 			k.fault(p+"/tags", "required")
+		} else if len(s.Tags) == 0 {
+			k.note(p+"/tags", "empty: the skill has no tags")
+		}
+		for j, tag := range s.Tags {
+			if strings.TrimSpace(tag) == "" {
+				k.note(p+"/tags/"+strconv.Itoa(j), "an empty or blank tag: ignored")
+			}
 		}
 		for _, l := range []struct {
 			field string
@@ -423,12 +466,31 @@ func (k *checker) length(ptr, s string) {
 	}
 }
 
+// required faults a missing or empty ("") string, and notes one of white
+// space only: it is there, but says nothing a host could show.
 func (k *checker) required(ptr, s string) {
 	if s == "" {
 		k.fault(ptr, "required")
 		return
 	}
+	if strings.TrimSpace(s) == "" {
+		k.note(ptr, "blank (white space only): says nothing")
+	}
 	k.length(ptr, s)
+}
+
+// missingMember notes each object of l (at ptr/i) that lacks member, or
+// has it empty, with reason.
+func (k *checker) missingMember(ptr string, l []json.RawMessage, member, reason string) {
+	for i, v := range l {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(v, &m) != nil {
+			continue // not an object: a fault already
+		}
+		if x, ok := m[member]; !ok || isNull(x) || string(x) == `""` {
+			k.note(ptr+"/"+strconv.Itoa(i)+"/"+member, reason)
+		}
+	}
 }
 
 func (k *checker) requiredList(ptr string, l []string) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,8 +52,9 @@ func TestEcosystemCardsAccepted(t *testing.T) {
 
 			r, _ := newRegistry(t, AgentConfig{ID: "eco", Tenants: []string{"default"}, TrustOnFirstUse: true})
 			rec := register(t, r, "eco", raw)
-			if !reflect.DeepEqual(rec.Notes, c.notes) {
-				t.Errorf("record notes %+v, want %+v", rec.Notes, c.notes)
+			// The record adds the notes of the id it is registered under.
+			if want := append(slices.Clone(c.notes), AgentNotes("eco", card)...); !reflect.DeepEqual(rec.Notes, want) {
+				t.Errorf("record notes %+v, want %+v", rec.Notes, want)
 			}
 			if c.unknown == "" {
 				return

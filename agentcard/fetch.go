@@ -89,7 +89,9 @@ type Fetcher struct {
 // set, `If-None-Match`. The URL must be https, or http on a loopback host.
 // With Client nil, a redirect may lead to another https URL, never from
 // https to http, and to a loopback host only from a card URL on one. The
-// answer must be 200 (or 304), of a JSON content type, at most
+// answer must be 200 (or 304 to a request with If-None-Match: a 304 to
+// one without, when a2ad has no card to revalidate, is a failed fetch), of
+// a JSON content type, at most
 // MaxCardBytes. Errors are *[FetchError]. It does not parse the card.
 func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, error) {
 	if err := fetchable(rawURL); err != nil {
@@ -116,6 +118,10 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL, etag string) (*Fetched, err
 	out := &Fetched{ETag: resp.Header.Get("ETag"), Next: next(resp.Header.Get("Cache-Control"), time.Now())}
 	switch resp.StatusCode {
 	case http.StatusNotModified:
+		if etag == "" {
+			// Nothing was asked to be revalidated: there is no card.
+			return nil, &FetchError{URL: rawURL, Reason: "answered 304 Not Modified to a request without If-None-Match: no card came"}
+		}
 		out.NotModified = true
 		if out.ETag == "" {
 			out.ETag = etag

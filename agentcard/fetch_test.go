@@ -63,9 +63,12 @@ func TestFetchRefusals(t *testing.T) {
 	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://example.com/card.json", http.StatusFound)
 	})
+	mux.HandleFunc("/only304", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotModified) })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for path, want := range map[string]string{
+		// a 304 to a request without If-None-Match: no card came
+		"/only304": "answered 304 Not Modified to a request without If-None-Match: no card came",
 		"/html":    `content type is not JSON: Content-Type "text/html"`,
 		"/big":     "card larger than 65536 bytes",
 		"/missing": "answered 404 Not Found",

@@ -38,9 +38,10 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		reason := natsFault("a", c.SupportedInterfaces)
-		if id, ok := strings.CutPrefix(reason, "card's NATS interface names agent "); ok && !natsbind.ValidToken(strings.TrimSuffix(id, ", not a")) {
-			t.Fatalf("natsFault quotes %q", reason)
+		for _, n := range agentNotes("a", c.SupportedInterfaces) {
+			if id, ok := strings.CutPrefix(n.Reason, "names agent "); ok && !natsbind.ValidToken(id[:strings.Index(id, ", not a")]) {
+				t.Fatalf("agentNotes quotes %q", n.Reason)
+			}
 		}
 		if err := c.Validate(); err != nil {
 			t.Fatalf("Parse accepted a card that Validate refuses: %v", err)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -55,6 +56,34 @@ import (
 // SecurityRequirement (A2A 1.0 §4.4, §4.5); the 0.3 JSON schema
 // (specification/json/a2a.json, v0.3.0).
 func Normalize(raw []byte) ([]byte, error) {
+	var first error
+	normal, _ := normalize(raw, func(err error) {
+		if first == nil {
+			first = err
+		}
+	})
+	if first != nil {
+		return nil, first
+	}
+	return normal, nil
+}
+
+// layout03 records where the members of a 0.3 card went in its 1.0 form,
+// so that a fault or note found in the 1.0 form names the member of the
+// card as presented.
+type layout03 struct {
+	// ifaces[i] is where supportedInterfaces/i came from: -1 for the
+	// card's url, preferredTransport and protocolVersion, j >= 0 for
+	// additionalInterfaces/j.
+	ifaces []int
+	// brokenSchemes are the securitySchemes entries refused already.
+	brokenSchemes map[string]bool
+}
+
+// normalize is [Normalize] that reports every fault of a 0.3 card to
+// fault, going on with what it can rewrite, and returns the layout of a
+// rewritten card (nil when raw came back as it was).
+func normalize(raw []byte, fault func(error)) ([]byte, *layout03) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
 		return raw, nil
@@ -72,124 +101,218 @@ func Normalize(raw []byte) ([]byte, error) {
 		return raw, nil
 	}
 	if _, err := jcs.Transform(raw); err != nil {
-		return nil, invalid("", "cannot canonicalize (RFC 8785): %v", err)
+		fault(invalid("", "cannot canonicalize (RFC 8785): %v", err))
+		return nil, nil
 	}
-	str := func(key, def string) (string, error) {
+	lay := &layout03{brokenSchemes: map[string]bool{}}
+	str := func(key, def string) string {
 		v, ok := m[key]
 		if !ok {
-			return def, nil
-		}
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			return "", invalid("/"+key, "must be a string")
+			return def
 		}
 		delete(m, key)
-		return s, nil
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			fault(invalid("/"+key, "must be a string"))
+			return def
+		}
+		return s
 	}
-	url, err := str("url", "")
-	if err != nil {
-		return nil, err
+	v, hasURL := m["url"]
+	url := str("url", "")
+	if url == "" && (!hasURL || string(v) == `""` || isNull(v)) {
+		fault(invalid("/url", "required in a 0.3 card"))
 	}
-	if url == "" {
-		return nil, invalid("/url", "required in a 0.3 card")
+	transport := str("preferredTransport", "JSONRPC")
+	version := str("protocolVersion", "0.3.0")
+	ifaces := []Interface{}
+	if url != "" {
+		ifaces = append(ifaces, Interface{URL: url, ProtocolBinding: transport, ProtocolVersion: version})
+		lay.ifaces = append(lay.ifaces, -1)
 	}
-	transport, err := str("preferredTransport", "JSONRPC")
-	if err != nil {
-		return nil, err
-	}
-	version, err := str("protocolVersion", "0.3.0")
-	if err != nil {
-		return nil, err
-	}
-	ifaces := []Interface{{URL: url, ProtocolBinding: transport, ProtocolVersion: version}}
 	if v, ok := m["additionalInterfaces"]; ok {
-		var extra []struct {
-			URL       string `json:"url"`
-			Transport string `json:"transport"`
-		}
+		var extra []json.RawMessage
 		if json.Unmarshal(v, &extra) != nil {
-			return nil, invalid("/additionalInterfaces", "must be a list of {url, transport}")
+			fault(invalid("/additionalInterfaces", "must be a list of {url, transport}"))
 		}
-		for i, e := range extra {
+		for i, raw := range extra {
+			var e struct {
+				URL       string `json:"url"`
+				Transport string `json:"transport"`
+			}
+			if json.Unmarshal(raw, &e) != nil {
+				fault(invalid(fmt.Sprintf("/additionalInterfaces/%d", i), "must be an object {url, transport} of strings"))
+				continue
+			}
 			if e.URL == "" || e.Transport == "" {
-				return nil, invalid(fmt.Sprintf("/additionalInterfaces/%d", i), "url and transport are required")
+				fault(invalid(fmt.Sprintf("/additionalInterfaces/%d", i), "url and transport are required"))
+				continue
 			}
 			if e.URL != url || e.Transport != transport {
 				ifaces = append(ifaces, Interface{URL: e.URL, ProtocolBinding: e.Transport, ProtocolVersion: version})
+				lay.ifaces = append(lay.ifaces, i)
 			}
 		}
 		delete(m, "additionalInterfaces")
 	}
-	m["supportedInterfaces"], _ = json.Marshal(ifaces)
+	if len(ifaces) > 0 {
+		m["supportedInterfaces"], _ = json.Marshal(ifaces)
+	}
 
 	caps := map[string]json.RawMessage{}
 	if v, ok := m["capabilities"]; ok && json.Unmarshal(v, &caps) != nil {
-		return nil, invalid("/capabilities", "must be an object")
+		fault(invalid("/capabilities", "must be an object"))
+		caps = nil
 	}
 	delete(caps, "stateTransitionHistory")
 	if v, ok := m["supportsAuthenticatedExtendedCard"]; ok {
 		var b bool
 		if json.Unmarshal(v, &b) != nil {
-			return nil, invalid("/supportsAuthenticatedExtendedCard", "must be a boolean")
-		}
-		if b { // false is the default: dropped, as 1.0 drops default values
+			fault(invalid("/supportsAuthenticatedExtendedCard", "must be a boolean"))
+		} else if b && caps != nil { // false is the default: dropped, as 1.0 drops default values
 			caps["extendedAgentCard"] = v
 		}
 		delete(m, "supportsAuthenticatedExtendedCard")
 	}
-	if _, ok := m["capabilities"]; ok || len(caps) > 0 {
+	if _, ok := m["capabilities"]; caps != nil && (ok || len(caps) > 0) {
 		m["capabilities"], _ = json.Marshal(caps)
 	}
 
 	if v, ok := m["securitySchemes"]; ok {
-		if m["securitySchemes"], err = normalizeSchemes("/securitySchemes", v); err != nil {
-			return nil, err
-		}
+		m["securitySchemes"] = normalizeSchemes("/securitySchemes", v, lay.brokenSchemes, fault)
 	}
-	if _, err := normalizeSecurity("", m); err != nil {
-		return nil, err
+	if err := normalizeSecurity("", m); err != nil {
+		fault(err)
 	}
 	// Skills that are not all objects are left for Parse to refuse.
 	if v, ok := m["skills"]; ok {
 		var skills []map[string]json.RawMessage
 		if json.Unmarshal(v, &skills) == nil {
-			changed := false
 			for i, s := range skills {
-				c, err := normalizeSecurity("/skills/"+strconv.Itoa(i), s)
-				if err != nil {
-					return nil, err
+				if err := normalizeSecurity("/skills/"+strconv.Itoa(i), s); err != nil {
+					fault(err)
 				}
-				changed = changed || c
 			}
-			if changed {
-				m["skills"], _ = json.Marshal(skills)
-			}
+			m["skills"], _ = json.Marshal(skills)
 		}
 	}
-	return json.Marshal(m)
+	out, _ := json.Marshal(m)
+	return out, lay
+}
+
+// presented maps a pointer into the 1.0 form of a 0.3 card to the member
+// of the card as presented it stems from, or "" when there is none (a
+// finding about a member that is refused already).
+func (l *layout03) presented(ptr string) string {
+	seg := strings.Split(ptr, "/")
+	at := func(i int) string {
+		if i < len(seg) {
+			return seg[i]
+		}
+		return ""
+	}
+	switch at(1) {
+	case "supportedInterfaces":
+		if len(seg) == 2 {
+			return "/url" // "required": the card has no usable url
+		}
+		i, err := strconv.Atoi(at(2))
+		if err != nil || i >= len(l.ifaces) {
+			return ptr
+		}
+		from := l.ifaces[i]
+		member := map[string]string{"url": "url", "protocolBinding": "transport", "protocolVersion": ""}[at(3)]
+		switch {
+		case at(3) == "protocolVersion":
+			return "/protocolVersion"
+		case from < 0 && at(3) == "protocolBinding":
+			return "/preferredTransport"
+		case from < 0 && at(3) == "url":
+			return "/url"
+		case from < 0:
+			return ""
+		case member != "":
+			return "/additionalInterfaces/" + strconv.Itoa(from) + "/" + member
+		default:
+			return "/additionalInterfaces/" + strconv.Itoa(from)
+		}
+	case "capabilities":
+		if at(2) == "extendedAgentCard" {
+			return "/supportsAuthenticatedExtendedCard"
+		}
+	case "securitySchemes":
+		if len(seg) < 3 || l.brokenSchemes[unescapePointer(at(2))] {
+			if len(seg) >= 3 {
+				return ""
+			}
+			return ptr
+		}
+		// /securitySchemes/N/<kind>/member -> /securitySchemes/N/member
+		rest := seg[:3]
+		if len(seg) > 4 {
+			m := seg[4]
+			if m == "location" {
+				m = "in"
+			}
+			rest = append(rest, m)
+			rest = append(rest, seg[5:]...)
+		}
+		return strings.Join(rest, "/")
+	case "securityRequirements":
+		return requirementPointer("", seg[1:], l)
+	case "skills":
+		if at(3) == "securityRequirements" {
+			return requirementPointer("/skills/"+at(2), seg[3:], l)
+		}
+	}
+	return ptr
+}
+
+// requirementPointer maps seg, [securityRequirements i schemes NAME list
+// j], to the 0.3 spelling under prefix: security/i/NAME/j.
+func requirementPointer(prefix string, seg []string, l *layout03) string {
+	out := []string{prefix, "security"}
+	if len(seg) > 1 {
+		out = append(out, seg[1])
+	}
+	if len(seg) > 3 { // schemes NAME
+		if l.brokenSchemes[unescapePointer(seg[3])] {
+			return ""
+		}
+		out = append(out, seg[3])
+	}
+	if len(seg) > 5 { // list j
+		out = append(out, seg[5])
+	}
+	return strings.Join(out, "/")
+}
+
+// unescapePointer reverses escapePointer (RFC 6901 §4).
+func unescapePointer(tok string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 }
 
 // normalizeSecurity replaces the 0.3 security member of obj, the card or the
-// skill at ptr, with its 1.0 securityRequirements, and reports whether obj
-// changed.
-func normalizeSecurity(ptr string, obj map[string]json.RawMessage) (bool, error) {
+// skill at ptr, with its 1.0 securityRequirements.
+func normalizeSecurity(ptr string, obj map[string]json.RawMessage) error {
 	if v, ok := obj["securityRequirements"]; ok && !isNull(v) {
-		return false, invalid(ptr+"/securityRequirements", "a 0.3 card mixes in 1.0 securityRequirements (0.3 spells it security)")
+		delete(obj, "securityRequirements")
+		return invalid(ptr+"/securityRequirements", "a 0.3 card mixes in 1.0 securityRequirements (0.3 spells it security)")
 	}
 	v, ok := obj["security"]
 	if !ok {
-		return false, nil
+		return nil
 	}
 	delete(obj, "security")
 	if isNull(v) {
-		return true, nil
+		return nil
 	}
 	reqs, err := normalizeRequirements(ptr+"/security", v)
 	if err != nil {
-		return false, err
+		return err
 	}
 	obj["securityRequirements"] = reqs
-	return true, nil
+	return nil
 }
 
 // requirement is a2a.proto SecurityRequirement; scopeList is StringList.
@@ -268,24 +391,31 @@ type (
 
 // normalizeSchemes rewrites a 0.3 securitySchemes map, name -> scheme with
 // a type discriminator, as the 1.0 map of name -> one-of scheme.
-func normalizeSchemes(ptr string, raw json.RawMessage) (json.RawMessage, error) {
+// A scheme refused is reported to fault and kept as an empty scheme (so
+// that requirements naming it are not refused again), its name in broken.
+func normalizeSchemes(ptr string, raw json.RawMessage, broken map[string]bool, fault func(error)) json.RawMessage {
 	if isNull(raw) {
-		return raw, nil
+		return raw
 	}
 	var schemes map[string]json.RawMessage
 	if err := rawMapField(&schemes)(ptr, raw); err != nil {
-		return nil, err
+		fault(err)
+		return json.RawMessage("null")
 	}
 	out := make(map[string]map[string]any, len(schemes))
 	for _, name := range slices.Sorted(maps.Keys(schemes)) {
 		p := ptr + "/" + escapePointer(name)
 		oneOf, scheme, err := normalizeScheme(p, schemes[name])
 		if err != nil {
-			return nil, err
+			fault(err)
+			broken[name] = true
+			out[name] = map[string]any{}
+			continue
 		}
 		out[name] = map[string]any{oneOf: scheme}
 	}
-	return json.Marshal(out)
+	b, _ := json.Marshal(out)
+	return b
 }
 
 // normalizeScheme returns the 1.0 SecurityScheme member name and value for

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/gowebpki/jcs"
 )
 
@@ -293,7 +294,46 @@ func TestNormalizeKeepsUnknownSchemeMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []Note{{"/securitySchemes/bearer/httpAuthSecurityScheme/x-vendor", "unknown field: kept, not used"}}; !reflect.DeepEqual(notes, want) {
+	// The note names the member of the card as presented.
+	if want := []Note{{"/securitySchemes/bearer/x-vendor", "unknown field: kept, not used"}}; !reflect.DeepEqual(notes, want) {
 		t.Errorf("notes %+v, want %+v", notes, want)
+	}
+}
+
+// A 0.3 card is refused for every fault at once, of its rewriting (an
+// additionalInterfaces entry without url) and of its 1.0 form, each at the
+// pointer of the card as presented: /url, not /supportedInterfaces/0/url;
+// /security/0/nope, not /securityRequirements/0/schemes/nope.
+func TestNormalize03EveryFaultAtPresentedPointers(t *testing.T) {
+	var c map[string]any
+	if err := json.Unmarshal(readCard(t, "fraud-review-0.3.json"), &c); err != nil {
+		t.Fatal(err)
+	}
+	delete(c, "description")
+	c["url"] = "ftp://x"
+	c["preferredTransport"] = natsbind.BindingURI
+	c["securitySchemes"] = map[string]any{"s": map[string]any{"type": "apiKey", "name": "k", "in": "header"}}
+	c["security"] = []any{map[string]any{"nope": []any{}}}
+	c["additionalInterfaces"] = []any{map[string]any{"transport": "GRPC"}}
+	c["skills"].([]any)[0].(map[string]any)["security"] = []any{map[string]any{"s": []any{"a"}, "other": []any{}}}
+	raw, _ := json.Marshal(c)
+	_, _, err := Check(raw)
+	var ce *CardError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Check = %v, want a *CardError", err)
+	}
+	var got []string
+	for _, f := range ce.Faults {
+		got = append(got, f.Pointer+": "+f.Reason)
+	}
+	want := []string{
+		"/additionalInterfaces/0: url and transport are required",
+		"/description: required",
+		`/url: scheme "ftp" is not allowed (want nats, tls, ws, wss, https, http, grpc)`,
+		"/security/0/nope: names a security scheme that securitySchemes does not declare",
+		"/skills/0/security/0/other: names a security scheme that securitySchemes does not declare",
+	}
+	if !reflect.DeepEqual(got, want) || ce.Total != len(want) {
+		t.Errorf("faults (total %d)\n%s\nwant\n%s", ce.Total, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -53,3 +53,29 @@ func TestRefreshSchedule(t *testing.T) {
 		}
 	}
 }
+
+// The waits docs/operations.md gives: a refused card served without
+// Cache-Control (Fetch's Next is DefaultRefresh away) is retried after 5
+// minutes, then every 10; a failed fetch after 30 s, then 1, 2, 4 and 8
+// minutes, then every 10.
+func TestRefreshWaitsAsDocumented(t *testing.T) {
+	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
+	noVersion := &CardError{Faults: []*ValidationError{{"/version", "required"}}}
+	var refused Refresh
+	for i, want := range []time.Duration{5 * time.Minute, 10 * time.Minute, 10 * time.Minute} {
+		res := &Fetched{Card: []byte("{}"), ETag: `"a"`, Next: now.Add(DefaultRefresh)}
+		if i > 0 {
+			res = &Fetched{NotModified: true, ETag: `"a"`, Next: now.Add(DefaultRefresh)}
+		}
+		if wait, _ := refused.Next(res, noVersion, now); wait != want {
+			t.Errorf("refused card without Cache-Control, retry %d: wait %v, want %v", i+1, wait, want)
+		}
+	}
+	down := &FetchError{URL: "https://agent.example/", Reason: "answered 304 Not Modified to a request without If-None-Match: no card came"}
+	var failed Refresh
+	for i, want := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 10 * time.Minute, 10 * time.Minute} {
+		if wait, _ := failed.Next(nil, down, now); wait != want {
+			t.Errorf("failed fetch, retry %d: wait %v, want %v", i+1, wait, want)
+		}
+	}
+}

@@ -69,6 +69,11 @@ type AgentConfig struct {
 	// a card the agent sent over NATS, so a changed one puts the agent in
 	// quarantine.
 	CardURL string `yaml:"card_url"`
+	// ConfiguredSkills are the skill ids the rest of the agent's
+	// configuration names, each with the keys naming it (for example
+	// "evidence_schemas"), for [ConfiguredSkillNotes]; not a YAML key of
+	// its own.
+	ConfiguredSkills map[string][]string `yaml:"-"`
 }
 
 // Record is what the registry knows of one agent, stored as JSON in [Bucket]
@@ -315,11 +320,7 @@ func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*R
 	if len(raw) > MaxCardBytes {
 		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
-	normal, err := Normalize(raw) // a 0.3 card is kept in its 1.0 form
-	if err != nil {
-		return nil, nil, err
-	}
-	card, _, fp, err := parse(normal)
+	normal, card, _, fp, err := read(raw) // a 0.3 card is kept in its 1.0 form
 	if err != nil {
 		return nil, nil, err
 	}
@@ -501,7 +502,8 @@ func (r *Registry) check(agentID string, card, received []byte) cardCheck {
 	}
 	if parsed, notes, err := inspect(card); err == nil {
 		c.warnings = InjectionWarnings(parsed)
-		c.notes = notes
+		c.notes = append(notes, agentNotes(agentID, ifaces.SupportedInterfaces)...)
+		c.notes = append(c.notes, ConfiguredSkillNotes(r.agents[agentID], parsed)...)
 	}
 	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
 	r.mu.Lock()

@@ -25,7 +25,12 @@ type cardReport struct {
 	Warnings    []agentcard.Warning          `json:"warnings,omitempty"`
 	// Agent and NotDelegableReason: with --agent, whether a2ad could
 	// delegate to the card's agent registered under that id.
-	Agent              string `json:"agent,omitempty"`
+	Agent string `json:"agent,omitempty"`
+	// FaultCount and NoteCount are the real totals, also when Faults and
+	// Notes stop at agentcard.MaxFaults and MaxNotes with an "and N more"
+	// entry.
+	FaultCount         int    `json:"fault_count"`
+	NoteCount          int    `json:"note_count"`
 	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 }
 
@@ -110,11 +115,16 @@ func checkCard(file string, raw []byte, agentID string) cardReport {
 	switch {
 	case errors.As(err, &ce):
 		rep.Faults = ce.Faults
+		rep.FaultCount = ce.Total
 	case errors.As(err, &ve):
 		rep.Faults = []*agentcard.ValidationError{ve}
 	case err != nil:
 		rep.Faults = []*agentcard.ValidationError{{Reason: err.Error()}}
 	}
+	if rep.FaultCount == 0 {
+		rep.FaultCount = len(rep.Faults)
+	}
+	rep.NoteCount = agentcard.CountNotes(rep.Notes)
 	if err != nil {
 		rep.Fingerprint = ""
 		return rep
@@ -123,6 +133,8 @@ func checkCard(file string, raw []byte, agentID string) cardReport {
 	rep.Warnings = agentcard.InjectionWarnings(card)
 	if agentID != "" {
 		rep.NotDelegableReason = agentcard.DelegationFault(agentID, card)
+		rep.Notes = append(rep.Notes, agentcard.AgentNotes(agentID, card)...)
+		rep.NoteCount = agentcard.CountNotes(rep.Notes)
 	}
 	return rep
 }
@@ -154,7 +166,7 @@ func printCardReport(w io.Writer, rep cardReport) error {
 		fmt.Fprintf(w, "warning: %s: card text phrased as instructions to a model (%s)\n", p(x.Pointer), x.Kind)
 	}
 	if !rep.Accepted {
-		_, err := fmt.Fprintf(w, "refused: %d faults, %d notes\n", len(rep.Faults), len(rep.Notes))
+		_, err := fmt.Fprintf(w, "refused: %d faults, %d notes\n", rep.FaultCount, rep.NoteCount)
 		return err
 	}
 	if rep.Agent != "" {
@@ -165,6 +177,6 @@ func printCardReport(w io.Writer, rep cardReport) error {
 		}
 	}
 	fmt.Fprintf(w, "fingerprint: %s\n", rep.Fingerprint)
-	_, err := fmt.Fprintf(w, "accepted: %d notes, %d warnings\n", len(rep.Notes), len(rep.Warnings))
+	_, err := fmt.Fprintf(w, "accepted: %d notes, %d warnings\n", rep.NoteCount, len(rep.Warnings))
 	return err
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
 )
 
@@ -87,5 +89,97 @@ accepted: 2 notes, 0 warnings
 	out, _ = runCheckCard(t, forged, "-")
 	if !strings.Contains(out, `note: "/x\nfault: ~1name: forged": unknown field`) || strings.Contains(out, "\nfault: /name") {
 		t.Errorf("a member name forged a line:\n%s", out)
+	}
+}
+
+// check-card's summary gives the real totals, also past the 50 faults or
+// notes it lists: 64 skills each without name, description and tags are
+// 192 faults; 60 unknown members are 60 notes.
+func TestAgentsCheckCardCountsEveryFinding(t *testing.T) {
+	var c map[string]any
+	if err := json.Unmarshal(a2ad.FraudReviewCard(), &c); err != nil {
+		t.Fatal(err)
+	}
+	skills := c["skills"]
+	var bare []any
+	for i := range 64 {
+		bare = append(bare, map[string]any{"id": fmt.Sprint("s", i)})
+	}
+	c["skills"] = bare
+	b, _ := json.Marshal(c)
+	out, code := runCheckCard(t, b, "-")
+	if code != 1 || !strings.HasSuffix(out, "\nfault: (card): and 142 more faults\nrefused: 192 faults, 0 notes\n") {
+		t.Errorf("exit %d, output ends %q; want exit 1, 50 faults listed, and 142 more, refused: 192 faults", code, out[max(0, len(out)-120):])
+	}
+	out, _ = runCheckCard(t, b, "-", "--json")
+	var rep cardReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.FaultCount != 192 || len(rep.Faults) != 51 {
+		t.Errorf("--json: fault_count %d, %d faults listed (%v); want 192, 51", rep.FaultCount, len(rep.Faults), err)
+	}
+
+	c["skills"] = skills
+	for i := range 60 {
+		c[fmt.Sprint("x-later-field-", i)] = i
+	}
+	b, _ = json.Marshal(c)
+	out, code = runCheckCard(t, b, "-")
+	if code != 0 || !strings.Contains(out, "\nnote: (card): and 10 more notes\n") || !strings.HasSuffix(out, "\naccepted: 60 notes, 0 warnings\n") {
+		t.Errorf("exit %d, output\n%s\nwant exit 0, and 10 more notes, accepted: 60 notes", code, out)
+	}
+}
+
+// A NATS-binding interface URL with any scheme nats.go dials (tls, ws,
+// wss) is accepted; one naming another agent id than --agent is a note and
+// the agent stays delegable (docs/nats-binding.md §3.3 says SHOULD).
+func TestAgentsCheckCardNATSInterfaceURLs(t *testing.T) {
+	card := func(url string) []byte {
+		var c map[string]any
+		if err := json.Unmarshal(a2ad.FraudReviewCard(), &c); err != nil {
+			t.Fatal(err)
+		}
+		c["supportedInterfaces"].([]any)[0].(map[string]any)["url"] = url
+		b, _ := json.Marshal(c)
+		return b
+	}
+	for _, url := range []string{"tls://nats.example.com:4222/a2a.agent.fraud-review", "ws://127.0.0.1:8080/a2a.agent.fraud-review",
+		"wss://nats.example.com:443/a2a.agent.fraud-review", "nats://127.0.0.1:4222/a2a.agent.fraud-review/"} {
+		out, code := runCheckCard(t, card(url), "-", "--agent", "fraud-review")
+		if code != 0 || strings.Contains(out, "note:") || !strings.Contains(out, "\ndelegable as agent fraud-review once approved\n") {
+			t.Errorf("%s: exit %d:\n%s\nwant accepted, no note, delegable", url, code, out)
+		}
+	}
+	out, code := runCheckCard(t, card("nats://127.0.0.1:4222/a2a.agent.fraud-review"), "-", "--agent", "fraud-review-2")
+	want := "note: /supportedInterfaces/0/url: names agent fraud-review, not fraud-review-2: a2ad addresses the agent by its configured id fraud-review-2 (docs/nats-binding.md §3.3: the URL's agent id SHOULD be the same)\n" +
+		"delegable as agent fraud-review-2 once approved\n"
+	if code != 0 || !strings.Contains(out, want) || !strings.HasSuffix(out, "accepted: 1 notes, 0 warnings\n") {
+		t.Errorf("another agent id: exit %d:\n%s\nwant accepted with\n%s", code, out, want)
+	}
+}
+
+// A 0.3 card is refused for every fault at once, at the pointers of the
+// card as presented (red15-hostile finding 5).
+func TestAgentsCheckCard03EveryFault(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/cards/fraud-review-0.3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	_ = json.Unmarshal(b, &c)
+	delete(c, "description")
+	c["url"] = "ftp://x"
+	c["securitySchemes"] = map[string]any{"s": map[string]any{"type": "apiKey", "name": "k", "in": "header"}}
+	c["security"] = []any{map[string]any{"nope": []any{}}}
+	c["additionalInterfaces"] = []any{map[string]any{"transport": "GRPC"}}
+	whole, _ := json.Marshal(c)
+	out, code := runCheckCard(t, whole, "-")
+	want := `card: - (A2A 0.3 shape)
+fault: /additionalInterfaces/0: url and transport are required
+fault: /description: required
+fault: /url: scheme "ftp" is not allowed (want nats, tls, ws, wss, https, http, grpc)
+fault: /security/0/nope: names a security scheme that securitySchemes does not declare
+refused: 4 faults, 0 notes
+`
+	if code != 1 || out != want {
+		t.Errorf("exit %d, output\n%s\nwant exit 1,\n%s", code, out, want)
 	}
 }

@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/natsbind"
+	"github.com/a2ad/a2ad/internal/testlog"
 )
 
 // An agent registering over NATS a refused card is answered with every
@@ -64,5 +67,57 @@ func TestRegistrationAnswersEveryFaultAndNote(t *testing.T) {
 	var stored map[string]any
 	if err := json.Unmarshal(rec.Card, &stored); err != nil || stored["agentIdentity"] == nil {
 		t.Errorf("the stored card lost agentIdentity: %s (%v)", rec.Card, err)
+	}
+}
+
+// A skill id misspelled under evidence_schemas or evidence_keys makes that
+// check apply to no skill: when the agent's card is known (registration,
+// and a start with the stored card) each such id is a note on the agent,
+// naming the skill meant, and a warning in the log.
+func TestConfiguredSkillTheCardLacksIsANoteAndAWarning(t *testing.T) {
+	dir := t.TempDir()
+	cfg := daemon.Config{DataDir: dir, NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
+			EvidenceSchemas: map[string]string{"asses_refund_risk": "refund_evidence"},
+			EvidenceKeys:    map[string][]string{"assess_refund_rsk": {"case_id"}, "*": {"case_id"}},
+		}}}
+	var logs testlog.Buffer
+	d, err := daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(natsbind.RegisterRequest{AgentID: "fraud-review", Card: a2ad.FraudReviewCard()})
+	if resp := newRegistrar(t, d, "fraud-review").register("fraud-review", mint(t, d, "fraud-review", time.Hour), body); resp.Status != string(agentcard.StatusApproved) {
+		t.Fatalf("registration answered %+v, want approved", resp)
+	}
+	want := []agentcard.Note{
+		{Pointer: "/skills", Reason: "evidence_schemas configures skill asses_refund_risk, which the card does not declare: that configuration applies to no skill (did you mean assess_refund_risk?)"},
+		{Pointer: "/skills", Reason: "evidence_keys configures skill assess_refund_rsk, which the card does not declare: that configuration applies to no skill (did you mean assess_refund_risk?)"},
+	}
+	rec, err := d.Service.Agents.Get(context.Background(), "fraud-review")
+	if err != nil || !reflect.DeepEqual(rec.Notes, want) || !rec.Delegable {
+		t.Fatalf("record notes %+v (delegable %v), %v; want %+v", rec.Notes, rec.Delegable, err, want)
+	}
+	warned := func(log string) bool {
+		for _, n := range want {
+			if !strings.Contains(log, `level=WARN msg="agent configuration names a skill its card does not declare" agent=fraud-review note="`+n.Reason+`"`) {
+				return false
+			}
+		}
+		return true
+	}
+	if !warned(logs.String()) {
+		t.Errorf("no warning for each at registration:\n%s", logs.String())
+	}
+	d.Stop()
+
+	var again testlog.Buffer
+	d, err = daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(&again, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	if !warned(again.String()) {
+		t.Errorf("no warning for each at a start with the stored card:\n%s", again.String())
 	}
 }

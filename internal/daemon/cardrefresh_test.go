@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,4 +118,63 @@ func TestRefusedFetchedCardIsRevalidatedWithBackoff(t *testing.T) {
 		rec, err = d.Service.Agents.Get(ctx, "fraud-review")
 		return err == nil && rec.Status == agentcard.StatusApproved && rec.Delegable
 	})
+}
+
+// A card_url server that answers 304 Not Modified to a request without
+// If-None-Match (a2ad has no card to revalidate) sent no card: that is a
+// failed fetch, retried with backoff (30 s first, not its max-age=1), and
+// logged and audited once, with the agent's LastRefusal naming it.
+func TestCardURL304WithoutCardIsAFailedFetch(t *testing.T) {
+	var mu sync.Mutex
+	var inm []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inm = append(inm, r.Header.Get("If-None-Match"))
+		mu.Unlock()
+		w.Header().Set("Cache-Control", "max-age=1")
+		w.WriteHeader(http.StatusNotModified)
+	}))
+	defer srv.Close()
+	var logs testlog.Buffer
+	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "only304", Tenants: []string{"default"},
+			CardURL: srv.URL + agentcard.WellKnownPath}}}}, slog.New(slog.NewTextHandler(&logs, nil)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	ctx := context.Background()
+	const reason = "answered 304 Not Modified to a request without If-None-Match: no card came"
+	waitFor(t, "the failed fetch to be the agent's last refusal", func() bool {
+		rec, err := d.Service.Agents.Get(ctx, "only304")
+		return err == nil && rec.LastRefusal != nil
+	})
+	rec, _ := d.Service.Agents.Get(ctx, "only304")
+	if rec.LastRefusal.Source != agentcard.RefusalFetch || rec.LastRefusal.Reason != reason {
+		t.Errorf("LastRefusal %+v, want fetch %q", rec.LastRefusal, reason)
+	}
+	js, _ := jetstream.New(operatorConn(t, d))
+	refusals := func() []audit.Record {
+		page, err := audit.Query(ctx, js, audit.Filter{Kind: audit.KindAgentCardRefused, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.Records
+	}
+	waitFor(t, "the failed fetch's audit record", func() bool { return len(refusals()) > 0 })
+	// max-age=1 would have fetched three times more by now; the backoff of
+	// a failed fetch waits 30 s (a timer never fires early).
+	time.Sleep(3 * time.Second)
+	mu.Lock()
+	got := slices.Clone(inm)
+	mu.Unlock()
+	if len(got) != 1 || got[0] != "" {
+		t.Errorf("fetches (If-None-Match of each) %q, want one, without", got)
+	}
+	if got := refusals(); len(got) != 1 || got[0].AgentID != "only304" || got[0].Code != "fetch_failed" {
+		t.Errorf("card_refused audit records %+v, want one, fetch_failed", got)
+	}
+	if n := strings.Count(logs.String(), `msg="agent card not fetched"`); n != 1 || !strings.Contains(logs.String(), reason) {
+		t.Errorf("logged %d times, want once with %q:\n%s", n, reason, logs.String())
+	}
 }

@@ -68,6 +68,9 @@ func (d *Daemon) register(m *nats.Msg) {
 		} else {
 			resp.Status, resp.Fingerprint = string(rec.Status), rec.Fingerprint
 			d.cardLog(cred, changed, "agent registered", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
+			if changed {
+				d.warnConfiguredSkills(rec)
+			}
 			d.obs.agentCard(cred, by, req.AgentID, rec, changed, "")
 		}
 	}
@@ -250,6 +253,7 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 			d.cardLog(id, changed, "agent card fetched", "agent", rec.AgentID, "status", rec.Status, "fingerprint", rec.Fingerprint)
 			if changed {
 				d.obs.agentCard(id, byDaemon, id, rec, true, "")
+				d.warnConfiguredSkills(rec)
 			}
 		}
 		t := time.NewTimer(wait)
@@ -258,6 +262,41 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 			t.Stop()
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// configuredSkills returns the skill ids a's configuration names, each
+// with the keys naming it (agentcard.AgentConfig.ConfiguredSkills).
+func configuredSkills(a AgentConfig) map[string][]string {
+	out := map[string][]string{}
+	for skill := range a.EvidenceSchemas {
+		out[skill] = append(out[skill], "evidence_schemas")
+	}
+	for skill := range a.EvidenceKeys {
+		out[skill] = append(out[skill], "evidence_keys")
+	}
+	return out
+}
+
+// warnConfiguredSkills logs a warning for each skill id the agent's
+// configuration names that its card (rec, as registered) does not declare:
+// the configured evidence check then applies to no skill
+// (agentcard.ConfiguredSkillNotes; the same text is a note on the agent).
+func (d *Daemon) warnConfiguredSkills(rec *agentcard.Record) {
+	var card *agentcard.Card
+	if len(rec.Card) > 0 {
+		card, _ = agentcard.Parse(rec.Card)
+	}
+	if card == nil {
+		return
+	}
+	for _, a := range d.Config.Agents {
+		if a.ID != rec.AgentID {
+			continue
+		}
+		for _, n := range agentcard.ConfiguredSkillNotes(agentcard.AgentConfig{ConfiguredSkills: configuredSkills(a)}, card) {
+			d.log.Warn("agent configuration names a skill its card does not declare", "agent", rec.AgentID, "note", n.Reason)
 		}
 	}
 }

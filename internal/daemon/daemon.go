@@ -274,6 +274,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			}
 			cfg.Agents[i].CardURL, a.CardURL = u, u
 		}
+		a.ConfiguredSkills = configuredSkills(a)
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
 			evidence[a.ID+"/"+skill] = name
@@ -415,6 +416,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	for _, a := range cfg.Agents {
+		if rec, err := agents.Get(ctx, a.ID); err == nil {
+			d.warnConfiguredSkills(rec) // of the card stored before this start
+		}
 		if a.CardURL != "" {
 			d.wg.Add(1)
 			go func() {
