@@ -60,6 +60,9 @@ func screen(msg []byte) *screenError {
 	switch msg[0] {
 	case '{':
 	case '[':
+		if isEmptyArray(msg) {
+			return &screenError{Code: -32600, Message: "invalid request: an empty batch ([]) holds no message"}
+		}
 		return &screenError{Code: -32600, Message: "invalid request: JSON-RPC batches (arrays) are not accepted; send one JSON-RPC object per message (MCP 2025-06-18 and later)"}
 	default:
 		return &screenError{Code: -32600, Message: "invalid request: a JSON-RPC message must be a JSON object"}
@@ -150,4 +153,10 @@ func depth(b []byte) int {
 		}
 	}
 	return deepest
+}
+
+// isEmptyArray reports whether valid JSON b is [] (spaces allowed).
+func isEmptyArray(b []byte) bool {
+	var a []json.RawMessage
+	return json.Unmarshal(b, &a) == nil && len(a) == 0
 }

@@ -111,7 +111,7 @@ func TestServeStdioAnswersEveryFaultAndGoesOn(t *testing.T) {
 	want := map[string]string{
 		"null": `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: the message is not valid JSON (RFC 8259)"}}` +
 			`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: id must be a string or an integer (JSON-RPC 2.0 §4)"}}` +
-			`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: JSON-RPC batches (arrays) are not accepted; send one JSON-RPC object per message (MCP 2025-06-18 and later)"}}`,
+			`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: an empty batch ([]) holds no message"}}`,
 		"3": `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""}}`,
 		"4": `{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"invalid arguments for tool task_get: /wait_seconds: want an integer from -9223372036854775808 to 9223372036854775807, in digits (no fraction, no exponent) (its input schema is in tools/list)"}}`,
 		"5": `{"jsonrpc":"2.0","id":5,"error":{"code":-32003,"message":"insufficient_scope: tool task_cancel needs scope a2a:delegate, which this principal does not have"}}`,
