@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -130,21 +129,24 @@ func escapePointer(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
-// argumentsError is the JSON-RPC error (-32602, invalid params) for a
-// call whose arguments have faults.
-func argumentsError(tool string, faults []string) *jsonrpc.Error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-		Message: fmt.Sprintf("invalid arguments for tool %s: %s (its input schema is in tools/list)", tool, strings.Join(faults, "; "))}
+// argumentsError is the result of a call whose arguments have faults: a
+// tool execution error (isError), code invalid_argument, which the model
+// can read and correct (MCP 2025-11-25 server/tools, "Error Handling":
+// input validation errors are tool execution errors, not protocol
+// errors).
+func argumentsError(tool string, faults []string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{
+		Text: fmt.Sprintf("invalid_argument: tool %s: %s (its input schema is in tools/list)", tool, strings.Join(faults, "; "))}}}
 }
 
 // libraryPhrases mark a tool error result written by the go-sdk or
 // encoding/json rather than by a2ad.
 var libraryPhrases = []string{"validating \"arguments\"", "json: cannot", "Go struct field", "mcpedge."}
 
-// checkToolArguments is the middleware that refuses a tools/call of one
-// of a2ad's tools whose arguments have faults ([checkArguments]) before
-// the go-sdk reads them, and replaces any error the go-sdk still writes
-// in its own words with a2ad's.
+// checkToolArguments is the middleware that answers a tools/call of one
+// of a2ad's tools whose arguments have faults ([checkArguments]) with
+// [argumentsError] before the go-sdk reads them, and replaces any error
+// result the go-sdk still writes in its own words with a2ad's.
 func checkToolArguments(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/call" {
@@ -157,7 +159,7 @@ func checkToolArguments(next mcp.MethodHandler) mcp.MethodHandler {
 		t, ours := toolInputs[cr.Params.Name]
 		if ours {
 			if faults := checkArguments(t, cr.Params.Arguments); len(faults) > 0 {
-				return nil, argumentsError(cr.Params.Name, faults)
+				return argumentsError(cr.Params.Name, faults), nil
 			}
 		}
 		res, err := next(ctx, method, req)
@@ -165,7 +167,7 @@ func checkToolArguments(next mcp.MethodHandler) mcp.MethodHandler {
 			if tc, ok := tr.Content[0].(*mcp.TextContent); ok {
 				for _, ph := range libraryPhrases {
 					if strings.Contains(tc.Text, ph) {
-						return nil, argumentsError(cr.Params.Name, []string{"arguments: they do not match the tool's input schema"})
+						return argumentsError(cr.Params.Name, []string{"arguments: they do not match the tool's input schema"}), nil
 					}
 				}
 			}

@@ -3,13 +3,11 @@ package mcpedge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -42,27 +40,26 @@ func argumentsHost(t *testing.T) *mcp.ClientSession {
 }
 
 // Arguments of the wrong type, out of range, unknown or missing get one
-// JSON-RPC error, -32602, naming every fault at once by its JSON pointer
-// and what is wanted, in a2ad's words: never a Go type name or a
-// library's phrase.
+// tool execution error (isError, invalid_argument) naming every fault at
+// once by its JSON pointer and what is wanted, in a2ad's words: never a
+// Go type name or a library's phrase.
 func TestToolArgumentFaultsInA2adsWords(t *testing.T) {
 	cs := argumentsHost(t)
 	const intRange = "want an integer from -9223372036854775808 to 9223372036854775807, in digits (no fraction, no exponent)"
 	for _, c := range []struct {
 		tool, args, want string
 	}{
-		{"task_get", `{"task_id":"x","wait_seconds":99999999999999999999999}`, "invalid arguments for tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
-		{"task_get", `{"task_id":"x","wait_seconds":-9223372036854775809}`, "invalid arguments for tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
-		{"task_get", `{"task_id":"x","wait_seconds":1e+23}`, "invalid arguments for tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
-		{"task_get", `{"task_id":5,"wait":1}`, "invalid arguments for tool task_get: /task_id: want a string; /wait: unknown argument (this takes task_id, wait_seconds) (its input schema is in tools/list)"},
-		{"task_get", `{}`, "invalid arguments for tool task_get: /task_id: required (its input schema is in tools/list)"},
+		{"task_get", `{"task_id":"x","wait_seconds":99999999999999999999999}`, "invalid_argument: tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
+		{"task_get", `{"task_id":"x","wait_seconds":-9223372036854775809}`, "invalid_argument: tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
+		{"task_get", `{"task_id":"x","wait_seconds":1e+23}`, "invalid_argument: tool task_get: /wait_seconds: " + intRange + " (its input schema is in tools/list)"},
+		{"task_get", `{"task_id":5,"wait":1}`, "invalid_argument: tool task_get: /task_id: want a string; /wait: unknown argument (this takes task_id, wait_seconds) (its input schema is in tools/list)"},
+		{"task_get", `{}`, "invalid_argument: tool task_get: /task_id: required (its input schema is in tools/list)"},
 		{"delegate", `{"agent":"a","skill":"s","objective":"o","evidence":[],"output_schema":"r","budget":{"deadline_seconds":1e30},"constraints":["a",2]}`,
-			"invalid arguments for tool delegate: /budget/deadline_seconds: " + intRange + "; /constraints/1: want a string; /evidence: want a JSON object (its input schema is in tools/list)"},
+			"invalid_argument: tool delegate: /budget/deadline_seconds: " + intRange + "; /constraints/1: want a string; /evidence: want a JSON object (its input schema is in tools/list)"},
 	} {
-		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: json.RawMessage(c.args)})
-		var we *jsonrpc.Error
-		if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || we.Message != c.want {
-			t.Errorf("%s %s:\n got %v\nwant -32602 %s", c.tool, c.args, err, c.want)
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: json.RawMessage(c.args)})
+		if err != nil || !res.IsError || len(res.Content) != 1 || res.Content[0].(*mcp.TextContent).Text != c.want {
+			t.Errorf("%s %s:\n got %v %+v\nwant the tool error %s", c.tool, c.args, err, res, c.want)
 		}
 	}
 	if res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "task_get", Arguments: json.RawMessage(`{"task_id":"x","wait_seconds":5}`)}); err != nil || res.IsError {

@@ -86,9 +86,10 @@ func stdioAnswers(t *testing.T, lines []string, args ...string) (map[string]stri
 }
 
 // On `serve --stdio`, a line that is not a JSON-RPC message a2ad can read,
-// tool arguments of the wrong type, a tool outside the principal's scopes
-// and a second initialize are each answered with a JSON-RPC error in
-// a2ad's words and a non-zero code, and the session goes on: the ping at
+// a tool outside the principal's scopes and a second initialize are each
+// answered with a JSON-RPC error in a2ad's words and a non-zero code, tool
+// arguments of the wrong type with a tool error naming the argument, and
+// the session goes on: the ping at
 // the end is answered and a2ad exits 0.
 func TestServeStdioAnswersEveryFaultAndGoesOn(t *testing.T) {
 	cfg := configFile(t, "principal:\n  scopes: [a2a:read]\n")
@@ -113,7 +114,7 @@ func TestServeStdioAnswersEveryFaultAndGoesOn(t *testing.T) {
 			`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: id must be a string or an integer (JSON-RPC 2.0 §4)"}}` +
 			`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: an empty batch ([]) holds no message"}}`,
 		"3": `{"jsonrpc":"2.0","id":3,"error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""}}`,
-		"4": `{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"invalid arguments for tool task_get: /wait_seconds: want an integer from -9223372036854775808 to 9223372036854775807, in digits (no fraction, no exponent) (its input schema is in tools/list)"}}`,
+		"4": `{"jsonrpc":"2.0","id":4,"result":{"content":[{"type":"text","text":"invalid_argument: tool task_get: /wait_seconds: want an integer from -9223372036854775808 to 9223372036854775807, in digits (no fraction, no exponent) (its input schema is in tools/list)"}],"isError":true}}`,
 		"5": `{"jsonrpc":"2.0","id":5,"error":{"code":-32003,"message":"insufficient_scope: tool task_cancel needs scope a2a:delegate, which this principal does not have"}}`,
 		"6": `{"jsonrpc":"2.0","id":6,"error":{"code":-32600,"message":"invalid request: initialize was already received on this session; send it once, first"}}`,
 		"9": `{"jsonrpc":"2.0","id":9,"result":{}}`,
