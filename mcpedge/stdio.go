@@ -36,6 +36,13 @@ const DefaultStdioDrain = broker.MaxWait + 10*time.Second
 //     cancelled request"). The cancelled call's context ends as before;
 //     its answer, whatever it is, is dropped. A cancellation for a call
 //     that was already answered, or never made, changes nothing.
+//   - A line that is not a JSON-RPC message a2ad can read is answered with
+//     a JSON-RPC error in a2ad's words (-32700, -32600, -32602; see
+//     [screen]) and the session goes on (go-sdk v1.8.0 ends it).
+//   - Once the input has ended, nothing is asked of the host: a request
+//     a2ad would put to it (or had put, unanswered) is answered for it,
+//     an elicitation as cancelled (the call then returns the question in
+//     its result, as for a host without elicitation).
 type StdioTransport struct {
 	// Inner is the transport wrapped; nil: [mcp.StdioTransport] on
 	// os.Stdin and os.Stdout.
