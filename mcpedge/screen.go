@@ -97,8 +97,13 @@ func screen(msg []byte) *screenError {
 			if json.Unmarshal(params["name"], &name) != nil {
 				return &screenError{Code: -32602, Message: "invalid params: /params/name of tools/call must be a string, the tool's name", ID: id}
 			}
-			if a, ok := params["arguments"]; ok && !bytes.Equal(a, []byte("null")) && a[0] != '{' {
-				return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: /params/arguments of tools/call %s must be a JSON object", name), ID: id}
+			for _, k := range []string{"arguments", "inputResponses", "_meta"} {
+				if a, ok := params[k]; ok && !bytes.Equal(a, []byte("null")) && a[0] != '{' {
+					return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: /params/%s of tools/call %s must be a JSON object", k, name), ID: id}
+				}
+			}
+			if a, ok := params["requestState"]; ok && !bytes.Equal(a, []byte("null")) && a[0] != '"' {
+				return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: /params/requestState of tools/call %s must be a string, as a2ad issued it", name), ID: id}
 			}
 		}
 		return nil

@@ -2,10 +2,12 @@ package mcpedge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -254,4 +256,59 @@ func TestStdioElicitationAfterEndOfInputIsCancelled(t *testing.T) {
 	if runErr != nil {
 		t.Errorf("Run: %v", runErr)
 	}
+}
+
+// libraryText are phrases of the go-sdk's and encoding/json's errors that
+// name Go types or decoding steps: no host may read them.
+var libraryText = []string{"Go struct", "Go value", "interface {}", "unmarshal", "mcpedge.", "mcp.", "json: ", "validating root", "invalid ID type", "map[string]"}
+
+// FuzzStdioLine: whatever one line between an initialize and a ping, a2ad's
+// stdio session answers without a library's words and goes on to answer
+// the ping (tools with a2ad's argument types and argument check).
+func FuzzStdioLine(f *testing.F) {
+	for _, s := range []string{`{bad`, `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, `[]`, `{"jsonrpc":"1.0","id":5,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"task_get","arguments":{"task_id":"x","wait_seconds":1e+23}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":"x"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delegate","arguments":{"budget":{"deadline_seconds":1e30}}}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"task_get","arguments":{},"requestState":5}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if strings.ContainsAny(line, "\n\r") {
+			return
+		}
+		s := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, &mcp.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
+		mcp.AddTool(s, &mcp.Tool{Name: "task_get", InputSchema: encodedInputSchema[TaskGetInput]()}, func(context.Context, *mcp.CallToolRequest, TaskGetInput) (*mcp.CallToolResult, TaskOutput, error) {
+			return nil, TaskOutput{}, nil
+		})
+		mcp.AddTool(s, &mcp.Tool{Name: "delegate", InputSchema: encodedInputSchema[DelegateInput]()}, func(context.Context, *mcp.CallToolRequest, DelegateInput) (*mcp.CallToolResult, TaskOutput, error) {
+			return nil, TaskOutput{}, nil
+		})
+		s.AddReceivingMiddleware(secondInitialize, checkToolArguments)
+		in := `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+			line + "\n" + `{"jsonrpc":"2.0","id":"end","method":"ping"}` + "\n"
+		var out bytes.Buffer
+		ran := make(chan error, 1)
+		go func() { ran <- s.Run(context.Background(), &StdioTransport{In: strings.NewReader(in), Out: &out, Drain: time.Second}) }()
+		select {
+		case err := <-ran:
+			if err != nil {
+				t.Fatalf("%q: Run: %v", line, err)
+			}
+		case <-time.After(10 * time.Second): // the drain is 1 s: a2ad hangs
+			t.Fatalf("%q: Run has not returned after 10 s", line)
+		}
+		ended := false
+		for l := range strings.SplitSeq(out.String(), "\n") {
+			for _, lib := range libraryText {
+				if strings.Contains(l, lib) {
+					t.Fatalf("%q: a host reads %q: %s", line, lib, l)
+				}
+			}
+			ended = ended || strings.HasPrefix(l, `{"jsonrpc":"2.0","id":"end","result"`)
+		}
+		if !ended {
+			t.Fatalf("%q: the ping after it is not answered:\n%s", line, out.String())
+		}
+	})
 }
