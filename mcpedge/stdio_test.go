@@ -289,7 +289,9 @@ func FuzzStdioLine(f *testing.F) {
 			line + "\n" + `{"jsonrpc":"2.0","id":"end","method":"ping"}` + "\n"
 		var out bytes.Buffer
 		ran := make(chan error, 1)
-		go func() { ran <- s.Run(context.Background(), &StdioTransport{In: strings.NewReader(in), Out: &out, Drain: time.Second}) }()
+		go func() {
+			ran <- s.Run(context.Background(), &StdioTransport{In: strings.NewReader(in), Out: &out, Drain: time.Second})
+		}()
 		select {
 		case err := <-ran:
 			if err != nil {
