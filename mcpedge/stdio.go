@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -273,6 +274,12 @@ func (c *answeringConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.mu.Lock()
 	cancelled := c.open[resp.ID]
 	c.mu.Unlock()
+	if resp.Error != nil && (strings.Contains(resp.Error.Error(), "unmarshaling") || strings.Contains(resp.Error.Error(), "Go struct")) {
+		// The go-sdk's words for params of the wrong types ("unmarshaling
+		// … into a *mcp.…Params"): a2ad's instead.
+		msg = &jsonrpc.Response{ID: resp.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: "invalid params: a member of params has another type than MCP 2025-11-25 gives it (see the method's schema)"}}
+	}
 	var err error
 	if !cancelled {
 		err = c.Connection.Write(ctx, msg)

@@ -182,6 +182,7 @@ func TestStdioMalformedLinesAreAnswered(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":"x"}`, `{"jsonrpc":"2.0","id":"s","error":{"code":-32602,"message":"invalid params: params of tools/call must be a JSON object"}}`},
 		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":5}}`, `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"invalid params: /params/name of tools/call must be a string, the tool's name"}}`},
 		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delegate","arguments":[1]}}`, `{"jsonrpc":"2.0","id":8,"error":{"code":-32602,"message":"invalid params: /params/arguments of tools/call delegate must be a JSON object"}}`},
+		{`{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"cursor":5}}`, `{"jsonrpc":"2.0","id":10,"error":{"code":-32602,"message":"invalid params: a member of params has another type than MCP 2025-11-25 gives it (see the method's schema)"}}`},
 		{`{"jsonrpc":"2.0","result":{}}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a message without method is a response and needs the id of the request it answers"}}`},
 	} {
 		p.send(c.line)
@@ -270,7 +271,9 @@ func FuzzStdioLine(f *testing.F) {
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"task_get","arguments":{"task_id":"x","wait_seconds":1e+23}}}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":"x"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delegate","arguments":{"budget":{"deadline_seconds":1e30}}}}`,
-		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"task_get","arguments":{},"requestState":5}}`} {
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"task_get","arguments":{},"requestState":5}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":5}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":5}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
