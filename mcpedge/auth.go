@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"io"
 	"maps"
 	"net"
@@ -566,6 +567,9 @@ type call struct {
 	// notification); cancels, for notifications/cancelled, the id of the
 	// call cancelled.
 	id, cancels string
+	// refused is what [screen] refuses in the body (not for batches):
+	// answered with its JSON-RPC error before the go-sdk reads it.
+	refused *screenError
 }
 
 type callKey struct{}
@@ -599,6 +603,11 @@ func peek(r *http.Request) (*http.Request, call, error) {
 	}
 	c := parseCall(body)
 	c.batch = batchLen(body)
+	if trimmed := bytes.TrimSpace(body); len(body) <= maxPeek && (len(trimmed) == 0 || trimmed[0] != '[' || isEmptyArray(trimmed)) {
+		// A batch (before 2025-06-18) goes on to the go-sdk, one message
+		// or more.
+		c.refused = screen(body)
+	}
 	return r.WithContext(context.WithValue(r.Context(), callKey{}, c)), c, nil
 }
 
@@ -679,7 +688,8 @@ func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middlew
 				if cr, ok := req.(*mcp.CallToolRequest); ok {
 					p := principal(req.GetExtra())
 					if need := ToolScopes[cr.Params.Name]; need != "" && !slices.Contains(p.Scopes, need) {
-						return nil, fmt.Errorf("insufficient_scope: tool %s needs scope %s", cr.Params.Name, need)
+						return nil, &jsonrpc.Error{Code: CodeInsufficientScope,
+							Message: fmt.Sprintf("insufficient_scope: tool %s needs scope %s, which this principal does not have", cr.Params.Name, need)}
 					}
 				}
 			}

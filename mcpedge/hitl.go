@@ -47,6 +47,14 @@ func requestStateError() *jsonrpc.Error {
 		Message: "requestState not valid: a2ad did not issue it to this caller, it was changed, or it expired (" + RequestStateTTL.String() + "); call the tool again without requestState and inputResponses"}
 }
 
+// foreignStateError is what a host gets for a request state a2ad issued,
+// but for another call: another tool, or another task. A JSON-RPC error,
+// -32602, as [requestStateError].
+func foreignStateError(tool string) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: "requestState not valid for this call: a2ad issued it for another tool call or another task, not this " + tool + " call; send it only with the retry of the call it came with, or call " + tool + " again without requestState and inputResponses"}
+}
+
 // answerSchema is the form the user fills in: one answer string.
 var answerSchema = json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string","title":"Answer","description":"Your answer to the agent's question"}},"required":["answer"]}`)
 
@@ -65,6 +73,9 @@ type stateClaims struct {
 	Exp      int64  `json:"e"`
 	Progress int    `json:"p,omitempty"`
 	Data     string `json:"d,omitempty"` // what a conformance tool carries to its next round
+	// Tool is the tool called; the state is good for a retry of that tool
+	// only, and (task_get, task_respond) for its task_id only.
+	Tool string `json:"o,omitempty"`
 }
 
 // sealState returns "<claims>.<HMAC-SHA256>", both base64url: integrity-
@@ -119,7 +130,7 @@ func (e *Edge) askResult(req *mcp.CallToolRequest, p broker.Principal, r *task.R
 	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) || !slices.Contains(p.Scopes, ScopeDelegate) {
 		return nil, false // answering needs a2a:delegate, as task_respond does
 	}
-	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix(), Progress: progress}
+	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix(), Progress: progress, Tool: req.Params.Name}
 	// The agent's text is data for the user, quoted.
 	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
 		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
@@ -161,8 +172,12 @@ var authSchema = json.RawMessage(`{"type":"object","properties":{"done":{"type":
 // is not an elicitation result) gets the input request again while the
 // task still waits on that question (SEP-2322: a server SHOULD ask again
 // rather than fail). A request state a2ad cannot verify is a JSON-RPC
-// error ([requestStateError]).
-func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int) (*mcp.CallToolResult, TaskOutput, error) {
+// error ([requestStateError]); so is one a2ad issued for another call:
+// another tool, or (taskID, the call's task_id argument, "" for delegate)
+// another task ([foreignStateError]). An accepted response whose answer
+// is missing, not a string or blank is no answer: the input request is
+// put again, as for a missing response.
+func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, wait *int, taskID string) (*mcp.CallToolResult, TaskOutput, error) {
 	if !slices.Contains(p.Scopes, ScopeDelegate) {
 		return nil, TaskOutput{}, &ToolError{Code: "insufficient_scope", Msg: "answering a question needs scope " + ScopeDelegate, Err: errors.New("insufficient scope")}
 	}
@@ -170,11 +185,19 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 	if err != nil {
 		return nil, TaskOutput{}, requestStateError()
 	}
+	if c.Tool != req.Params.Name || (taskID != "" && taskID != c.Task) {
+		return nil, TaskOutput{}, foreignStateError(req.Params.Name)
+	}
 	r, err := e.svc.Get(ctx, p, c.Task)
 	if err != nil {
 		return nil, TaskOutput{}, e.toolError(err)
 	}
 	resp, _ := req.Params.InputResponses[AnswerInput].(*mcp.ElicitResult)
+	if resp != nil && c.Kind != "auth" && resp.Action == "accept" {
+		if a, ok := resp.Content[AnswerInput].(string); !ok || strings.TrimSpace(a) == "" {
+			resp = nil // accepted without an answer: ask again
+		}
+	}
 	if resp == nil {
 		still := r.Turns == c.Turn && (c.Kind == "auth") == (r.State == task.AuthRequired)
 		if res, ok := e.askResult(req, p, r, c.Progress); ok && still {

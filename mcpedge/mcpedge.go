@@ -134,7 +134,7 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 	if opts.ConformanceTools {
 		e.addConformanceTools(s)
 	}
-	s.AddReceivingMiddleware(refuseUndeclared, scopeFilter(e.principalOf))
+	s.AddReceivingMiddleware(refuseUndeclared, secondInitialize, scopeFilter(e.principalOf), checkToolArguments)
 	if opts.Tracer != nil {
 		s.AddReceivingMiddleware(traceMiddleware(opts.Tracer))
 	}
@@ -183,6 +183,10 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 				bodyError(w, err)
 				return
 			}
+			if c.refused != nil {
+				refusedMessage(w, c.refused)
+				return
+			}
 			switch {
 			case c.cancels != "":
 				cx.cancel(sessionCall{sid, c.cancels})
@@ -204,6 +208,10 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 			bodyError(w, err)
 			return
 		}
+		if c.refused != nil {
+			refusedMessage(w, c.refused)
+			return
+		}
 		// 2026-07-28 has no initialize: such a request (its version header
 		// says so) gets that era's answer from the stateless handler.
 		if c.method == "initialize" && r.Header.Get("Mcp-Protocol-Version") < "2026-07-28" {
@@ -212,6 +220,15 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 		}
 		stateless.ServeHTTP(w, r)
 	})
+}
+
+// refusedMessage answers a POST whose JSON-RPC message [screen] refused:
+// 400 with the JSON-RPC error response, in a2ad's words (the go-sdk
+// answers 400 with its libraries' text).
+func refusedMessage(w http.ResponseWriter, e *screenError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(append(e.response(), '\n'))
 }
 
 // AgentsListInput has no arguments.
@@ -394,7 +411,7 @@ func waitFor(ws *int) time.Duration {
 func (e *Edge) delegate(ctx context.Context, req *mcp.CallToolRequest, in DelegateInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
 	if req.Params.RequestState != "" { // the retry of a call that asked the user: never a second delegation
-		return e.resume(ctx, req, p, in.WaitSeconds)
+		return e.resume(ctx, req, p, in.WaitSeconds, "")
 	}
 	if in.Evidence == nil {
 		return nil, TaskOutput{}, e.toolError(&brief.Error{Field: "/evidence", Reason: "must be a JSON object"})
@@ -488,7 +505,7 @@ type TaskGetInput struct {
 func (e *Edge) taskGet(ctx context.Context, req *mcp.CallToolRequest, in TaskGetInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
 	if req.Params.RequestState != "" {
-		return e.resume(ctx, req, p, in.WaitSeconds)
+		return e.resume(ctx, req, p, in.WaitSeconds, in.TaskID)
 	}
 	r, err := e.svc.Get(ctx, p, in.TaskID)
 	if err != nil {
@@ -511,7 +528,7 @@ type TaskRespondInput struct {
 func (e *Edge) taskRespond(ctx context.Context, req *mcp.CallToolRequest, in TaskRespondInput) (*mcp.CallToolResult, TaskOutput, error) {
 	p := e.principal(req)
 	if req.Params.RequestState != "" {
-		return e.resume(ctx, req, p, in.WaitSeconds)
+		return e.resume(ctx, req, p, in.WaitSeconds, in.TaskID)
 	}
 	r, err := e.svc.Respond(ctx, p, in.TaskID, in.Answer)
 	if err != nil {
@@ -558,6 +575,10 @@ const (
 // the error's own text only for codes whose errors are a2ad's words.
 func (e *Edge) toolError(err error) error {
 	te := toolError(err)
+	if te.Code == "canceled" {
+		e.log.Debug("tool call cancelled by the host", "err", err)
+		return te
+	}
 	if te.Code == "internal_error" || te.Code == "unavailable" {
 		e.log.Warn("tool call failed", "code", te.Code, "err", err)
 	}
@@ -570,6 +591,8 @@ func toolError(err error) *ToolError {
 	switch code {
 	case "internal_error":
 		return &ToolError{Code: code, Msg: msgInternal, Err: err}
+	case "canceled":
+		return &ToolError{Code: code, Msg: "the call was cancelled; the task, if one was delegated, goes on (task_get follows it)", Err: err}
 	case "unavailable":
 		if errors.Is(err, task.ErrNoLeader) {
 			return &ToolError{Code: code, Msg: msgNoLeader, Err: err}
@@ -619,6 +642,8 @@ func ErrorCode(err error) string {
 		code = "unavailable"
 	case errors.Is(err, context.DeadlineExceeded):
 		code = "agent_timeout"
+	case errors.Is(err, context.Canceled):
+		code = "canceled" // the host cancelled the call (notifications/cancelled, a closed connection)
 	// Last: a2ad's own meaning of an agent's error (above) comes first.
 	case errors.As(err, &re):
 		code = "agent_refused" // the error names the JSON-RPC code only, never the agent's message

@@ -440,7 +440,9 @@ func TestRequestStateIsBoundAndProtected(t *testing.T) {
 	}
 	answer := mcp.InputResponseMap{mcpedge.AnswerInput: &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}}
 	call := func(cs *mcp.ClientSession, state string) (*mcp.CallToolResult, error) {
-		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "task_get", Arguments: map[string]any{"task_id": "ignored"},
+		// The retry of the call the state came with (a state is good for
+		// that call only).
+		return cs.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-95", 125000)),
 			InputResponses: answer, RequestState: state})
 	}
 	retry := func(cs *mcp.ClientSession, state string) *mcp.CallToolResult {

@@ -504,6 +504,23 @@ func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 		}
 	}
 
+	// A POST whose one JSON value is not a JSON-RPC message a2ad can read
+	// is answered 400 with the JSON-RPC error, in a2ad's words (the go-sdk
+	// answered with its libraries' text, "invalid ID type map[string]…").
+	for body, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`: `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: id must be a string or an integer (JSON-RPC 2.0 §4)"}}`,
+		`{"jsonrpc":"1.0","id":5,"method":"ping"}`:       `{"jsonrpc":"2.0","id":5,"error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""}}`,
+		`[]`: `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: an empty batch ([]) holds no message"}}`,
+		`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":"x"}`: `{"jsonrpc":"2.0","id":"s","error":{"code":-32602,"message":"invalid params: params of tools/call must be a JSON object"}}`,
+	} {
+		resp := postMCP(t, d, erin, body)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || string(b) != want+"\n" {
+			t.Errorf("POST %s: %d %s, want 400 %s", body, resp.StatusCode, b, want)
+		}
+	}
+
 	ops := devToken(t, d, "ops", "operators", "a2a:admin")
 	for i, want := range []int{http.StatusNotFound, http.StatusNotFound, http.StatusTooManyRequests} {
 		req, _ := http.NewRequest(http.MethodPost, d.HTTPURL+"/v1/tasks/t-nope/cancel", strings.NewReader(`{}`))
