@@ -40,7 +40,9 @@ type registrar struct {
 
 func newRegistrar(t *testing.T, d *daemon.Daemon, id string) registrar {
 	t.Helper()
-	nc, err := nats.Connect(d.NATSURL, refagent.ConnectOptions(id, mint(t, d, id, time.Hour))...)
+	// nats.go's 2 s connect timeout was too short once on a machine
+	// running four builds beside the tests.
+	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions(id, mint(t, d, id, time.Hour)), nats.Timeout(10*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
