@@ -18,6 +18,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/a2a"
+	"github.com/a2ad/a2ad/internal/corpus"
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/task"
 )
@@ -325,26 +326,10 @@ func record(t *testing.T, path string, c *badCase) {
 	}
 	// Splice the new value in place of the old, leaving the rest of the
 	// file as written.
-	at := bytes.Index(raw, []byte(`"expect":`))
-	if at < 0 {
-		t.Fatalf("%s: no expect member", path)
+	out, err := corpus.SpliceExpect(raw, e)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	start := at + len(`"expect":`)
-	dec := json.NewDecoder(bytes.NewReader(raw[start:]))
-	var old json.RawMessage
-	if err := dec.Decode(&old); err != nil {
-		t.Fatal(err)
-	}
-	end := start + int(dec.InputOffset())
-	var val bytes.Buffer
-	enc := json.NewEncoder(&val)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("  ", "  ")
-	if err := enc.Encode(e); err != nil {
-		t.Fatal(err)
-	}
-	out := append(append(append([]byte{}, raw[:start]...), ' '), bytes.TrimSpace(val.Bytes())...)
-	out = append(out, raw[end:]...)
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package agentcard
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/a2ad/a2ad/internal/corpus"
 )
 
 // badCard is one file of testdata/bad/cards: a card a2ad must refuse, and
@@ -98,26 +99,10 @@ func cardStrings(v any) []string {
 
 // recordExpect splices got in place of the file's expect member.
 func recordExpect(t *testing.T, path string, raw []byte, got badCardExpect) {
-	at := bytes.Index(raw, []byte(`"expect":`))
-	if at < 0 {
-		t.Fatalf("%s: no expect member", path)
+	out, err := corpus.SpliceExpect(raw, got)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	start := at + len(`"expect":`)
-	dec := json.NewDecoder(bytes.NewReader(raw[start:]))
-	var old json.RawMessage
-	if err := dec.Decode(&old); err != nil {
-		t.Fatal(err)
-	}
-	end := start + int(dec.InputOffset())
-	var val bytes.Buffer
-	enc := json.NewEncoder(&val)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("  ", "  ")
-	if err := enc.Encode(got); err != nil {
-		t.Fatal(err)
-	}
-	out := append(append(append([]byte{}, raw[:start]...), ' '), bytes.TrimSpace(val.Bytes())...)
-	out = append(out, raw[end:]...)
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
