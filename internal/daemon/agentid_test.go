@@ -387,8 +387,16 @@ func TestRegistrationAnswersOnlyIntoTheAgentsInbox(t *testing.T) {
 // closes it at the credential's expiry.
 func TestAgentConnectionEndsWhenItsCredentialExpires(t *testing.T) {
 	d := startEmbedded(t)
+	endsWithCredential(t, d, d.NATSURL, "agent-a")
+}
+
+// endsWithCredential connects to natsURL as agent id with a credential of
+// d good for 2 s and waits for the server to close the connection with
+// "authentication expired".
+func endsWithCredential(t *testing.T, d *daemon.Daemon, natsURL, id string) {
+	t.Helper()
 	closed := make(chan error, 4)
-	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("agent-a", mint(t, d, "agent-a", 2*time.Second)),
+	nc, err := nats.Connect(natsURL, append(refagent.ConnectOptions(id, mint(t, d, id, 2*time.Second)),
 		nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { closed <- err }))...)
 	if err != nil {
 		t.Fatal(err)

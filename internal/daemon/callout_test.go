@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -65,21 +64,7 @@ func TestAuthCalloutConnectionEndsWithItsCredential(t *testing.T) {
 	var natsURL string
 	s.d, natsURL = startCallout(t)
 	s.dataDir = s.d.Config.DataDir
-	closed := make(chan error, 4)
-	nc, err := nats.Connect(natsURL, append(refagent.ConnectOptions("fraud-review", mint(t, s.d, "fraud-review", 2*time.Second)),
-		nats.MaxReconnects(0), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { closed <- err }))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	select {
-	case err := <-closed:
-		if !errors.Is(err, nats.ErrAuthExpired) {
-			t.Errorf("closed with %v, want %v", err, nats.ErrAuthExpired)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection outlived its credential")
-	}
+	endsWithCredential(t, s.d, natsURL, "fraud-review")
 	cred := mint(t, s.d, "fraud-review", time.Hour)
 	anc, err := nats.Connect(natsURL, refagent.ConnectOptions("fraud-review", cred)...)
 	if err != nil {
