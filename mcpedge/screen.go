@@ -3,8 +3,13 @@ package mcpedge
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // MaxMessageDepth is the deepest nesting of JSON arrays and objects a2ad
@@ -106,6 +111,10 @@ func screen(msg []byte) *screenError {
 				return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: /params/requestState of tools/call %s must be a string, as a2ad issued it", name), ID: id}
 			}
 		}
+		if e := screenParams(v, m["params"]); e != nil {
+			e.ID = id
+			return e
+		}
 		return nil
 	}
 	if id == nil || bytes.Equal(id, []byte("null")) {
@@ -164,4 +173,60 @@ func depth(b []byte) int {
 func isEmptyArray(b []byte) bool {
 	var a []json.RawMessage
 	return json.Unmarshal(b, &a) == nil && len(a) == 0
+}
+
+// servedParams are the params types of the methods a2ad serves besides
+// tools/call (screened above), as the go-sdk decodes them.
+var servedParams = map[string]func() any{
+	"initialize":                       func() any { return new(mcp.InitializeParams) },
+	"notifications/initialized":        func() any { return new(mcp.InitializedParams) },
+	"notifications/cancelled":          func() any { return new(mcp.CancelledParams) },
+	"notifications/roots/list_changed": func() any { return new(mcp.RootsListChangedParams) },
+	"ping":                             func() any { return new(mcp.PingParams) },
+	"tools/list":                       func() any { return new(mcp.ListToolsParams) },
+	"server/discover":                  func() any { return new(mcp.DiscoverParams) },
+}
+
+// screenParams refuses params of a served method that the go-sdk would
+// refuse with its own text ("unmarshaling … into a *mcp.ListToolsParams"):
+// a member of the wrong JSON type, named by its pointer.
+func screenParams(method string, params json.RawMessage) *screenError {
+	newParams, ok := servedParams[method]
+	if !ok || len(params) == 0 || bytes.Equal(params, []byte("null")) {
+		return nil
+	}
+	err := json.Unmarshal(params, newParams())
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: /params/%s of %s must be %s", strings.ReplaceAll(te.Field, ".", "/"), method, jsonKind(te.Type))}
+	}
+	return &screenError{Code: -32602, Message: fmt.Sprintf("invalid params: the params of %s do not have the members and types MCP gives them", method)}
+}
+
+// jsonKind names the JSON type a Go type is decoded from.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another JSON type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another JSON type"
 }

@@ -182,7 +182,8 @@ func TestStdioMalformedLinesAreAnswered(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":"x"}`, `{"jsonrpc":"2.0","id":"s","error":{"code":-32602,"message":"invalid params: params of tools/call must be a JSON object"}}`},
 		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":5}}`, `{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"invalid params: /params/name of tools/call must be a string, the tool's name"}}`},
 		{`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"delegate","arguments":[1]}}`, `{"jsonrpc":"2.0","id":8,"error":{"code":-32602,"message":"invalid params: /params/arguments of tools/call delegate must be a JSON object"}}`},
-		{`{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"cursor":5}}`, `{"jsonrpc":"2.0","id":10,"error":{"code":-32602,"message":"invalid params: a member of params has another type than MCP 2025-11-25 gives it (see the method's schema)"}}`},
+		{`{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"cursor":5}}`, `{"jsonrpc":"2.0","id":10,"error":{"code":-32602,"message":"invalid params: /params/cursor of tools/list must be a string"}}`},
+		{`{"jsonrpc":"2.0","id":11,"method":"ping","params":{"_meta":[1]}}`, `{"jsonrpc":"2.0","id":11,"error":{"code":-32602,"message":"invalid params: /params/_meta of ping must be an object"}}`},
 		{`{"jsonrpc":"2.0","result":{}}`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a message without method is a response and needs the id of the request it answers"}}`},
 	} {
 		p.send(c.line)

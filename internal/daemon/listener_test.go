@@ -512,6 +512,8 @@ func TestRateLimitsPerPrincipalAndTenant(t *testing.T) {
 		`{"jsonrpc":"1.0","id":5,"method":"ping"}`:       `{"jsonrpc":"2.0","id":5,"error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""}}`,
 		`[]`: `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: an empty batch ([]) holds no message"}}`,
 		`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":"x"}`: `{"jsonrpc":"2.0","id":"s","error":{"code":-32602,"message":"invalid params: params of tools/call must be a JSON object"}}`,
+		// Measured before: "unmarshaling … into a *mcp.ListToolsParams".
+		`{"jsonrpc":"2.0","id":"l","method":"tools/list","params":{"cursor":5}}`: `{"jsonrpc":"2.0","id":"l","error":{"code":-32602,"message":"invalid params: /params/cursor of tools/list must be a string"}}`,
 	} {
 		resp := postMCP(t, d, erin, body)
 		b, _ := io.ReadAll(resp.Body)
