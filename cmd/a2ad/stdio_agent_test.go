@@ -60,9 +60,9 @@ func TestServeStdioOneShotWithElicitationGetsTheQuestion(t *testing.T) {
 	}
 }
 
-// A host's cancellation of a call (notifications/cancelled) is logged as a
-// cancellation at debug level, never as a failed call (WARN, code
-// internal_error).
+// A host's cancellation of a call (notifications/cancelled) is never
+// logged as a failed call (measured before: WARN "tool call failed", code
+// internal_error, "context canceled"), and gets no answer.
 func TestServeStdioCancellationIsNotAFailure(t *testing.T) {
 	srv, _, _ := natstest.Start(t)
 	agentOn(t, srv.ClientURL(), credentialFor(t, srv.ClientURL(), ""), map[string]string{"C-200": refagent.ModeSlow})
@@ -109,8 +109,12 @@ func TestServeStdioCancellationIsNotAFailure(t *testing.T) {
 	if strings.Contains(log, `msg="tool call failed"`) {
 		t.Errorf("the cancellation is logged as a failure:\n%s", tail(log, 10))
 	}
-	if !strings.Contains(log, `level=DEBUG msg="tool call cancelled by the host"`) {
-		t.Errorf("no debug line for the cancellation:\n%s", tail(log, 10))
+	// Where the cancellation lands decides whether a line says so: while
+	// the call waits for the task it returns the task as it is (nothing
+	// logged, CI's run); in a store or NATS call that ends with the
+	// context, "tool call cancelled by the host" at debug. Never a failure.
+	if strings.Contains(log, "internal_error") {
+		t.Errorf("the cancellation is logged as an internal error:\n%s", tail(log, 10))
 	}
 	if len(answers) != 1 || !strings.HasPrefix(answers[0], `{"jsonrpc":"2.0","id":1,`) {
 		t.Errorf("answers %q, want only initialize's: none for the cancelled call", answers)
