@@ -14,9 +14,15 @@ import (
 // resources, completions or logging: a2ad sends no log notifications
 // (its log goes to stderr and its operators), so it does not declare
 // logging either (go-sdk v1.8.0 declares logging, and tools.listChanged,
-// unless told otherwise).
-func serverCapabilities() *mcp.ServerCapabilities {
-	return &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+// unless told otherwise). With conformance (Options.ConformanceTools,
+// never in production) also prompts, without listChanged: the suite's one
+// test prompt (conformance.go), which never changes either.
+func serverCapabilities(conformance bool) *mcp.ServerCapabilities {
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	if conformance {
+		caps.Prompts = &mcp.PromptCapabilities{}
+	}
+	return caps
 }
 
 // undeclaredMethods maps each method of a capability a2ad does not
@@ -35,17 +41,24 @@ var undeclaredMethods = map[string]string{
 	"logging/setLevel":         "logging",
 }
 
-// refuseUndeclared answers every method of an undeclared capability with
-// JSON-RPC -32601 (method not found; HTTP 404 in the 2026-07-28 era), so
-// that declared capabilities and behaviour match exactly (MCP 2025-11-25
-// basic/lifecycle, "Capability Negotiation": both parties must respect
-// the negotiated capabilities).
-func refuseUndeclared(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if c, ok := undeclaredMethods[method]; ok {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
-				Message: fmt.Sprintf("method %s not found: a2ad offers no %s (it declares the tools capability only)", method, c)}
+// refuseUndeclared answers every method of a capability caps does not
+// declare with JSON-RPC -32601 (method not found; HTTP 404 in the
+// 2026-07-28 era), so that declared capabilities and behaviour match
+// exactly (MCP 2025-11-25 basic/lifecycle, "Capability Negotiation": both
+// parties must respect the negotiated capabilities). Only prompts can be
+// declared besides tools, and only with conformance.
+func refuseUndeclared(caps *mcp.ServerCapabilities) mcp.Middleware {
+	declared := "the tools capability only"
+	if caps.Prompts != nil {
+		declared = "the tools and prompts capabilities only"
+	}
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if c, ok := undeclaredMethods[method]; ok && (c != "prompts" || caps.Prompts == nil) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+					Message: fmt.Sprintf("method %s not found: a2ad offers no %s (it declares %s)", method, c, declared)}
+			}
+			return next(ctx, method, req)
 		}
-		return next(ctx, method, req)
 	}
 }

@@ -28,7 +28,12 @@ import (
 // caller, a tampered one refused with [requestStateError]) and its answer
 // to a retry without the responses asked for (asked again). They never
 // reach an agent or a task, need scope a2a:read, and are never on by
-// default: a production a2ad lists only its five tools.
+// default: a production a2ad lists only its five tools. The same goes for
+// the suite's one test prompt, test_input_required_result_prompt (an
+// input request on prompts/get, scenario
+// input-required-result-non-tool-request): with it a2ad declares the
+// prompts capability and serves prompts/list and prompts/get, which a
+// production a2ad refuses (capabilities.go).
 
 // conformanceTools are the suite's test tools, by name.
 var conformanceTools = []string{
@@ -64,6 +69,31 @@ func (e *Edge) addConformanceTools(s *mcp.Server) {
 				return e.conformanceCall(req, name)
 			})
 	}
+	s.AddPrompt(&mcp.Prompt{Name: conformancePrompt, Description: "MCP conformance suite fixture (SEP-2322 input requests on prompts/get): asks for its context first; a2ad serve --conformance-tools only"},
+		e.conformanceGetPrompt)
+}
+
+// conformancePrompt is the suite's test prompt.
+const conformancePrompt = "test_input_required_result_prompt"
+
+// contextRequest is the input request of conformancePrompt.
+var contextRequest = elicitString("What context should the prompt use?", "context")
+
+// conformanceGetPrompt answers prompts/get of conformancePrompt: without
+// an accepted user_context response under a request state a2ad issued for
+// it, an input request for one (with a fresh state); with one, the prompt,
+// one user message carrying that context.
+func (e *Edge) conformanceGetPrompt(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	_, valid, err := e.openConformanceState(req.Extra, req.Params.RequestState, conformancePrompt)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := accepted(req.Params.InputResponses["user_context"], "context"); valid && ok {
+		return &mcp.GetPromptResult{Description: "A prompt built from the context the user gave",
+			Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: "Use this context: " + c}}}}, nil
+	}
+	return &mcp.GetPromptResult{InputRequests: mcp.InputRequestMap{"user_context": contextRequest},
+		RequestState: e.conformanceState(req.Extra, conformancePrompt, 1, "")}, nil
 }
 
 func elicitString(message, property string) *mcp.ElicitParams {
@@ -96,21 +126,22 @@ func accepted(r mcp.InputResponse, key string) (string, bool) {
 	return "", false
 }
 
-// conformanceState seals round of tool for the caller, with data carried
-// to the next round.
-func (e *Edge) conformanceState(req *mcp.CallToolRequest, tool string, round int, data string) string {
-	p := e.principal(req)
+// conformanceState seals round of tool (or prompt) for the caller, with
+// data carried to the next round.
+func (e *Edge) conformanceState(extra *mcp.RequestExtra, tool string, round int, data string) string {
+	p := e.principalOf(extra)
 	return sealState(e.stateKey, stateClaims{Kind: "conformance:" + tool, Task: strconv.Itoa(round), Tenant: p.Tenant, Subject: p.Subject,
 		Exp: time.Now().Add(RequestStateTTL).Unix(), Data: data})
 }
 
 // openConformanceState verifies a retry's request state: ok false without
-// one; a JSON-RPC error for one a2ad did not issue to this caller for tool.
-func (e *Edge) openConformanceState(req *mcp.CallToolRequest, tool string) (c stateClaims, ok bool, err error) {
-	if req.Params.RequestState == "" {
+// one; a JSON-RPC error for one a2ad did not issue to this caller for tool
+// (or prompt).
+func (e *Edge) openConformanceState(extra *mcp.RequestExtra, state, tool string) (c stateClaims, ok bool, err error) {
+	if state == "" {
 		return c, false, nil
 	}
-	c, err = openState(e.stateKey, e.principal(req), req.Params.RequestState, time.Now())
+	c, err = openState(e.stateKey, e.principalOf(extra), state, time.Now())
 	if err != nil || c.Kind != "conformance:"+tool {
 		return c, false, requestStateError()
 	}
@@ -143,16 +174,16 @@ func (e *Edge) conformanceCall(req *mcp.CallToolRequest, name string) (*mcp.Call
 		}
 		return ask(mcp.InputRequestMap{"client_roots": &mcp.ListRootsParams{}}, "")
 	case "test_input_required_result_request_state", "test_input_required_result_tampered_state":
-		_, valid, err := e.openConformanceState(req, name)
+		_, valid, err := e.openConformanceState(req.Extra, req.Params.RequestState, name)
 		if err != nil {
 			return nil, nil, err
 		}
 		if ok, answered := accepted(in["confirm"], "ok"); valid && answered {
 			return textResult("state-ok: confirmed %s", ok)
 		}
-		return ask(mcp.InputRequestMap{"confirm": confirmRequest}, e.conformanceState(req, name, 1, ""))
+		return ask(mcp.InputRequestMap{"confirm": confirmRequest}, e.conformanceState(req.Extra, name, 1, ""))
 	case "test_input_required_result_multiple_inputs":
-		_, valid, err := e.openConformanceState(req, name)
+		_, valid, err := e.openConformanceState(req.Extra, req.Params.RequestState, name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -170,16 +201,16 @@ func (e *Edge) conformanceCall(req *mcp.CallToolRequest, name string) (*mcp.Call
 				}
 			}
 		}
-		return ask(want, e.conformanceState(req, name, 1, ""))
+		return ask(want, e.conformanceState(req.Extra, name, 1, ""))
 	case "test_input_required_result_multi_round":
-		c, valid, err := e.openConformanceState(req, name)
+		c, valid, err := e.openConformanceState(req.Extra, req.Params.RequestState, name)
 		if err != nil {
 			return nil, nil, err
 		}
 		switch {
 		case valid && c.Task == "1":
 			if n, ok := accepted(in["step1"], "name"); ok {
-				return ask(mcp.InputRequestMap{"step2": elicitString("Step 2: What is your favorite color?", "color")}, e.conformanceState(req, name, 2, n))
+				return ask(mcp.InputRequestMap{"step2": elicitString("Step 2: What is your favorite color?", "color")}, e.conformanceState(req.Extra, name, 2, n))
 			}
 			return ask(mcp.InputRequestMap{"step1": elicitString("Step 1: What is your name?", "name")}, req.Params.RequestState)
 		case valid && c.Task == "2":
@@ -188,7 +219,7 @@ func (e *Edge) conformanceCall(req *mcp.CallToolRequest, name string) (*mcp.Call
 			}
 			return ask(mcp.InputRequestMap{"step2": elicitString("Step 2: What is your favorite color?", "color")}, req.Params.RequestState)
 		}
-		return ask(mcp.InputRequestMap{"step1": elicitString("Step 1: What is your name?", "name")}, e.conformanceState(req, name, 1, ""))
+		return ask(mcp.InputRequestMap{"step1": elicitString("Step 1: What is your name?", "name")}, e.conformanceState(req.Extra, name, 1, ""))
 	case "test_input_required_result_capabilities":
 		// Only what the caller declared it can answer (SEP-2322).
 		caps := req.ClientCapabilities()

@@ -2,9 +2,11 @@ package mcpedge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 
 	"github.com/a2ad/a2ad/internal/broker"
@@ -78,5 +80,67 @@ func TestConformanceToolsUseA2adRequestStates(t *testing.T) {
 	r3, err := call(multi, mcp.InputResponseMap{"step2": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"color": "blue"}}}, r2.RequestState)
 	if err != nil || text(r3) != "Alice's favorite color is blue." {
 		t.Errorf("round 3: %v %q", err, text(r3))
+	}
+}
+
+// With ConformanceTools a2ad declares prompts (and only then) and serves
+// the suite's test prompt in two rounds: prompts/get without responses is
+// an input request for user_context under an a2ad request state; the
+// retry with the answer and that state is the prompt; a changed state is
+// -32602. (The suite runs it in cmd/a2ad TestConformanceInputRequestScenarios.)
+func TestConformancePromptAsksForItsContext(t *testing.T) {
+	p := &broker.Principal{Subject: "s", Tenant: "default", Scopes: []string{ScopeRead}}
+	s := NewServer(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Stdio: p, ConformanceTools: true})
+	ct, st := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	client := mcp.NewClient(&mcp.Implementation{Name: "suite", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+	})
+	cs, err := client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"prompts":{},"tools":{}}` {
+		t.Errorf("declared capabilities %s, want {\"prompts\":{},\"tools\":{}}", caps)
+	}
+	if l, err := cs.ListPrompts(ctx, nil); err != nil || len(l.Prompts) != 1 || l.Prompts[0].Name != conformancePrompt {
+		t.Fatalf("prompts/list: %v %+v", err, l)
+	}
+	r1, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: conformancePrompt})
+	if err != nil || !r1.NeedsInput() || r1.RequestState == "" || len(r1.Messages) != 0 {
+		t.Fatalf("round 1: %v %+v", err, r1)
+	}
+	wire, _ := json.Marshal(r1)
+	var got struct {
+		ResultType    string          `json:"resultType"`
+		InputRequests json.RawMessage `json:"inputRequests"`
+	}
+	_ = json.Unmarshal(wire, &got)
+	const want = `{"user_context":{"method":"elicitation/create","params":{"mode":"form","message":"What context should the prompt use?","requestedSchema":{"type":"object","properties":{"context":{"type":"string"}},"required":["context"]}}}}`
+	var gotRequests, wantRequests any
+	_ = json.Unmarshal(got.InputRequests, &gotRequests)
+	_ = json.Unmarshal([]byte(want), &wantRequests)
+	if got.ResultType != "input_required" || !reflect.DeepEqual(gotRequests, wantRequests) {
+		t.Errorf("round 1 on the wire: %s, want resultType input_required and inputRequests %s", wire, want)
+	}
+	answer := mcp.InputResponseMap{"user_context": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"context": "test context"}}}
+	_, err = cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: conformancePrompt, InputResponses: answer, RequestState: r1.RequestState + "-TAMPERED"})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("tampered state: %v, want JSON-RPC error -32602", err)
+	}
+	r2, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: conformancePrompt, InputResponses: answer, RequestState: r1.RequestState})
+	if err != nil || r2.NeedsInput() || len(r2.Messages) != 1 || r2.Messages[0].Role != "user" {
+		t.Fatalf("round 2: %v %+v", err, r2)
+	}
+	if tc, _ := r2.Messages[0].Content.(*mcp.TextContent); tc == nil || tc.Text != "Use this context: test context" {
+		t.Errorf("round 2 message: %+v, want text %q", r2.Messages[0].Content, "Use this context: test context")
 	}
 }

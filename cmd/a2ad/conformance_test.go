@@ -10,9 +10,8 @@ import (
 )
 
 // inputRequestScenarios are the official MCP conformance suite's SEP-2322
-// scenarios a2ad serves (with --conformance-tools); the one left,
-// input-required-result-non-tool-request, needs a prompt (see
-// .ci/conformance-baseline.yml).
+// scenarios, all of which a2ad serves with --conformance-tools (the test
+// tools, and the test prompt for input-required-result-non-tool-request).
 var inputRequestScenarios = []string{
 	"input-required-result-basic-elicitation",
 	"input-required-result-basic-sampling",
@@ -21,6 +20,7 @@ var inputRequestScenarios = []string{
 	"input-required-result-multiple-input-requests",
 	"input-required-result-multi-round",
 	"input-required-result-missing-input-response",
+	"input-required-result-non-tool-request",
 	"input-required-result-result-type",
 	"input-required-result-unsupported-methods",
 	"input-required-result-tampered-state",

@@ -159,7 +159,7 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.NATSTLS.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the --nats-url server; TLS only (nats_tls.ca_file)")
 	f.StringVar(&o.NATSTLS.ClientCertFile, "nats-client-cert", "", "client certificate (PEM) a2ad presents to the --nats-url server (nats_tls.client_cert_file)")
 	f.StringVar(&o.NATSTLS.ClientKeyFile, "nats-client-key", "", "private key (PEM) of --nats-client-cert (nats_tls.client_key_file)")
-	f.BoolVar(&o.ConformanceTools, "conformance-tools", false, "add the MCP conformance suite's input-request test tools (test_input_required_result_*) for .ci/conformance; never in production")
+	f.BoolVar(&o.ConformanceTools, "conformance-tools", false, "add the MCP conformance suite's input-request test tools and prompt (test_input_required_result_*) for .ci/conformance; never in production")
 	return cmd
 }
 

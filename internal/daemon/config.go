@@ -123,7 +123,7 @@ type Config struct {
 	// [mcpedge.DefaultRateLimits].
 	RateLimits mcpedge.RateLimits `yaml:"rate_limits"`
 	// ConformanceTools adds the MCP conformance suite's input-request test
-	// tools (test_input_required_result_*) to a2ad's MCP server, for
+	// tools and prompt (test_input_required_result_*) to a2ad's MCP server, for
 	// .ci/conformance only (flag --conformance-tools; no configuration
 	// key: never for a deployment).
 	ConformanceTools bool `yaml:"-"`
