@@ -178,13 +178,12 @@ func isEmptyArray(b []byte) bool {
 // servedParams are the params types of the methods a2ad serves besides
 // tools/call (screened above), as the go-sdk decodes them.
 var servedParams = map[string]func() any{
-	"initialize":                       func() any { return new(mcp.InitializeParams) },
-	"notifications/initialized":        func() any { return new(mcp.InitializedParams) },
-	"notifications/cancelled":          func() any { return new(mcp.CancelledParams) },
-	"notifications/roots/list_changed": func() any { return new(mcp.RootsListChangedParams) },
-	"ping":                             func() any { return new(mcp.PingParams) },
-	"tools/list":                       func() any { return new(mcp.ListToolsParams) },
-	"server/discover":                  func() any { return new(mcp.DiscoverParams) },
+	"initialize":                func() any { return new(mcp.InitializeParams) },
+	"notifications/initialized": func() any { return new(mcp.InitializedParams) },
+	"notifications/cancelled":   func() any { return new(mcp.CancelledParams) },
+	"ping":                      func() any { return new(mcp.PingParams) },
+	"tools/list":                func() any { return new(mcp.ListToolsParams) },
+	"server/discover":           func() any { return new(mcp.DiscoverParams) },
 }
 
 // screenParams refuses params of a served method that the go-sdk would
