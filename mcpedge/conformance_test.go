@@ -20,24 +20,8 @@ import (
 // the earlier round answered. (The suite itself runs them in cmd/a2ad
 // TestConformanceInputRequestScenarios.)
 func TestConformanceToolsUseA2adRequestStates(t *testing.T) {
-	p := &broker.Principal{Subject: "s", Tenant: "default", Scopes: []string{ScopeRead, ScopeDelegate}}
-	s := NewServer(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Stdio: p, ConformanceTools: true})
-	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
-	ss, err := s.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	client := mcp.NewClient(&mcp.Implementation{Name: "suite", Version: "1"}, &mcp.ClientOptions{
-		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
-	})
-	cs, err := client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := conformanceSession(t, ScopeRead, ScopeDelegate)
 	if tools, err := cs.ListTools(ctx, nil); err != nil || len(tools.Tools) != 5+len(conformanceTools) {
 		t.Fatalf("tools/list: %v, want a2ad's 5 and %d test tools", err, len(conformanceTools))
 	}
@@ -89,24 +73,8 @@ func TestConformanceToolsUseA2adRequestStates(t *testing.T) {
 // retry with the answer and that state is the prompt; a changed state is
 // -32602. (The suite runs it in cmd/a2ad TestConformanceInputRequestScenarios.)
 func TestConformancePromptAsksForItsContext(t *testing.T) {
-	p := &broker.Principal{Subject: "s", Tenant: "default", Scopes: []string{ScopeRead}}
-	s := NewServer(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Stdio: p, ConformanceTools: true})
-	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
-	ss, err := s.Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	client := mcp.NewClient(&mcp.Implementation{Name: "suite", Version: "1"}, &mcp.ClientOptions{
-		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
-	})
-	cs, err := client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := conformanceSession(t, ScopeRead)
 	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"prompts":{},"tools":{}}` {
 		t.Errorf("declared capabilities %s, want {\"prompts\":{},\"tools\":{}}", caps)
 	}
@@ -143,4 +111,30 @@ func TestConformancePromptAsksForItsContext(t *testing.T) {
 	if tc, _ := r2.Messages[0].Content.(*mcp.TextContent); tc == nil || tc.Text != "Use this context: test context" {
 		t.Errorf("round 2 message: %+v, want text %q", r2.Messages[0].Content, "Use this context: test context")
 	}
+}
+
+// conformanceSession is a 2026-07-28 client session, as the suite opens
+// one (multi-round trips left to the test), with an a2ad that has the
+// conformance tools and a principal with scopes; closed at test end.
+func conformanceSession(t *testing.T, scopes ...string) *mcp.ClientSession {
+	t.Helper()
+	p := &broker.Principal{Subject: "s", Tenant: "default", Scopes: scopes}
+	s := NewServer(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Stdio: p, ConformanceTools: true})
+	ct, st := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	client := mcp.NewClient(&mcp.Implementation{Name: "suite", Version: "1"}, &mcp.ClientOptions{
+		MultiRoundTrip:     &mcp.MultiRoundTripOptions{Disabled: true},
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
+	})
+	cs, err := client.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
 }
