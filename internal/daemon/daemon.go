@@ -101,6 +101,7 @@ type Daemon struct {
 	http               *http.Server
 	tls                *httpTLS // nil: plain text
 	cancel             context.CancelFunc
+	runCtx             context.Context // ends with Stop: for work a request starts that outlives it
 	wg                 sync.WaitGroup
 	once               sync.Once
 }
@@ -303,7 +304,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
+	d.cancel, d.runCtx = cancel, runCtx
 	// Agents are let in once every revocation is known.
 	if err := d.openRevocations(ctx, runCtx, js, cfg.Replicas); err != nil {
 		return nil, err

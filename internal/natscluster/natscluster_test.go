@@ -508,6 +508,10 @@ func TestDeployConfigsWithAuthCallout(t *testing.T) {
 	if system < 0 {
 		t.Fatal("no node has a2ad's system connection")
 	}
+	// CI's failing layout, made certain: the revocations bucket's leader
+	// (and with it the watcher's consumer) on the node killed too, so
+	// a2ad's own watcher stalls until missed heartbeats and a new leader.
+	moveStreamLeader(t, c, "KV_"+daemon.RevocationsBucket, c.Name(system))
 	c.Kill(system)
 	<-lost[system]
 	// The write waits out the election of streams whose leader was on the
@@ -535,6 +539,27 @@ func TestDeployConfigsWithAuthCallout(t *testing.T) {
 			nc.Close()
 		}
 		t.Fatalf("revoked credential on node %d: %v, want an authorization violation", survivor+1, err)
+	}
+}
+
+// moveStreamLeader makes the server named to the leader of stream (a
+// stepdown with a preferred placement, nats-server 2.11+), as user a2ad.
+func moveStreamLeader(t *testing.T, c *Cluster, stream, to string) {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.UserInfo("a2ad", "a2ad-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := []byte(`{"placement":{"preferred":"` + to + `"}}`)
+	for streamLeader(ctx, t, js, stream) != to {
+		if _, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req); err != nil {
+			t.Fatalf("moving the leader of %s to %s: %v", stream, to, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
