@@ -327,6 +327,15 @@ func (c *Card) Skill(id string) (*Skill, bool) {
 	return nil, false
 }
 
+// Bindings a2ad delegates over, as [Record].Binding names them: a2ad's
+// NATS binding, and the A2A 1.0 HTTP bindings by their protocolBinding
+// (A2A 1.0 §5.5: "JSONRPC", "HTTP+JSON").
+const (
+	BindingNATS     = "nats"
+	BindingJSONRPC  = "JSONRPC"
+	BindingHTTPJSON = "HTTP+JSON"
+)
+
 // NATSInterface returns the first of the card's supportedInterfaces that
 // speaks a2ad's NATS binding: protocolBinding [natsbind.BindingURI] and
 // protocolVersion "1.0". Only such an agent can receive delegations.

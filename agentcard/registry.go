@@ -110,6 +110,11 @@ type Record struct {
 	// (docs/nats-binding.md §3.3); otherwise NotDelegableReason says why not.
 	Delegable          bool      `json:"delegable"`
 	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
+	// Binding is the binding a2ad delegates over when Delegable
+	// ([BindingNATS], [BindingJSONRPC], [BindingHTTPJSON]) and Interface
+	// the card's entry it uses ([SelectInterface]).
+	Binding   string     `json:"binding,omitempty"`
+	Interface *Interface `json:"interface,omitempty"`
 	RegisteredAt       time.Time `json:"registered_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
 	// ApprovedCard is the card last approved, kept while a changed card holds

@@ -22,6 +22,11 @@ const (
 	ReasonCanceledByHost   = "canceled_by_host"
 	ReasonAgentFailed      = "agent_failed"
 	ReasonAgentRejected    = "agent_rejected"
+	// ReasonDeliveryUnknown ends a task whose brief or answer went to an
+	// agent that does not deduplicate messageId (an HTTP agent) with an
+	// unknown outcome, when a2ad cannot tell whether the agent has it:
+	// it is never sent twice (docs/http-binding.md §5).
+	ReasonDeliveryUnknown = "delivery_unknown"
 )
 
 // Sources of a transition.
@@ -124,7 +129,30 @@ type Record struct {
 	// needs it, cleared when the agent answered). Any instance redelivers it
 	// once NotBefore has passed; docs/durability.md gives the order of writes.
 	Outbox *Outbound `json:"outbox,omitempty"`
+	// Binding is the binding a2ad delegated the task over, fixed at
+	// delegation: "" for a2ad's NATS binding, else the card's
+	// protocolBinding of the HTTP interface chosen ("JSONRPC",
+	// "HTTP+JSON"; docs/http-binding.md).
+	Binding string `json:"binding,omitempty"`
+	// Follow is the lease of the a2ad instance that follows an open task
+	// of an HTTP agent (stream, polls, push): one instance at a time;
+	// another takes over once Until has passed (docs/http-binding.md §6).
+	Follow *FollowLease `json:"follow,omitempty"`
 }
+
+// FollowLease is who follows an HTTP agent's task, until when.
+type FollowLease struct {
+	// Owner is the following instance's id (random per process).
+	Owner string `json:"owner"`
+	// Until is when the lease ends unless renewed.
+	Until time.Time `json:"until"`
+	// Mode is how the owner follows: "stream" (SubscribeToTask), "poll"
+	// (GetTask), with "+push" when push notifications are configured.
+	Mode string `json:"mode,omitempty"`
+}
+
+// HTTP reports whether the task was delegated over an HTTP binding.
+func (r *Record) HTTP() bool { return r.Binding != "" }
 
 // BriefMessageID is the messageId of the SendMessage that carries task id's
 // brief (turn 1); answers carry "<id>-m<turn>".
@@ -155,6 +183,15 @@ type Outbound struct {
 	// task id was known: it is redelivered only to learn that id, and
 	// CancelTask follows the agent's answer.
 	CancelOnReply bool `json:"cancel_on_reply,omitempty"`
+	// Unreached marks the last attempt as provably not delivered (nothing
+	// reached the agent: no responder, a connection refused), so the next
+	// one needs no reconciliation. A claim clears it.
+	Unreached bool `json:"unreached,omitempty"`
+	// Reconcile is set by the claim of an attempt whose predecessor's
+	// outcome is unknown (it timed out, or its instance died): over a
+	// binding whose agents do not deduplicate messageId, a2ad asks the
+	// agent what it holds before sending again (docs/http-binding.md §5).
+	Reconcile bool `json:"reconcile,omitempty"`
 }
 
 // Chunks is how one artifact's chunks arrived (A2A 1.0
@@ -187,6 +224,10 @@ func (r *Record) Clone() *Record {
 	if r.Outbox != nil {
 		o := *r.Outbox
 		c.Outbox = &o
+	}
+	if r.Follow != nil {
+		f := *r.Follow
+		c.Follow = &f
 	}
 	return &c
 }

@@ -126,6 +126,11 @@ type Snapshot struct {
 	// else from UpdatedAt in records of earlier versions).
 	Revision           uint64
 	UpdatedAt, EndedAt time.Time
+	// Binding, AgentTaskID and Follow are the record's (HTTP agents'
+	// tasks: who follows them; Follow is nil when nobody does).
+	Binding     string
+	AgentTaskID string
+	Follow      *FollowLease
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -211,6 +216,9 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				Outbox         *struct {
 					NotBefore time.Time `json:"not_before"`
 				} `json:"outbox"`
+				Binding     string       `json:"binding"`
+				AgentTaskID string       `json:"agent_task_id"`
+				Follow      *FollowLease `json:"follow"`
 			}
 			if json.Unmarshal(e.Value(), &v) != nil {
 				s.cache.observe(e.Key(), e.Revision(), nil, true)
@@ -219,6 +227,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
 			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
 			snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
+			snap.Binding, snap.AgentTaskID, snap.Follow = v.Binding, v.AgentTaskID, v.Follow
 			if v.Outbox != nil {
 				snap.OutboxAt = v.Outbox.NotBefore
 				if snap.OutboxAt.IsZero() {

@@ -50,6 +50,12 @@ const (
 // ErrDecode is wrapped by every decode error of this package.
 var ErrDecode = errors.New("a2a: malformed payload")
 
+// ErrAgentUnreachable means a request provably never reached the agent
+// (no NATS responder, a TCP connection refused): it may be sent again
+// without asking the agent first. Each binding wraps it with its own
+// words (natsbind.ErrAgentOffline, httpbind).
+var ErrAgentUnreachable = errors.New("agent offline")
+
 // UnmarshalJSON accepts only the A2A 1.0 enum names; TASK_STATE_UNSPECIFIED is
 // refused too, since no task is ever in it.
 func (s *TaskState) UnmarshalJSON(b []byte) error {

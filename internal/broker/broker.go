@@ -78,9 +78,11 @@ type Service struct {
 	Agents  *agentcard.Registry
 	Schemas *artifact.Catalog // the host schemas in force
 	Tasks   *task.Store
-	Client  *natsbind.Client
-	Log     *slog.Logger
-	Limits  brief.Limits
+	// Bindings reach agents, by task.Record.Binding: "" is a2ad's NATS
+	// binding (natsbind.Client), "JSONRPC" and "HTTP+JSON" the HTTP one.
+	Bindings map[string]Binding
+	Log      *slog.Logger
+	Limits   brief.Limits
 	// EvidenceSchemas maps "agentId/skillId" to a host schema the evidence
 	// must satisfy before anything is sent.
 	EvidenceSchemas map[string]string
@@ -210,7 +212,8 @@ type Delegation struct {
 }
 
 func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateRequest, created *string) (*task.Record, error) {
-	if _, _, err := s.Agents.ForDelegation(ctx, p.Tenant, req.Agent, req.Skill); err != nil {
+	agent, _, err := s.Agents.ForDelegation(ctx, p.Tenant, req.Agent, req.Skill)
+	if err != nil {
 		if errors.Is(err, agentcard.ErrAgentNotFound) {
 			return nil, fmt.Errorf("%w: no agent %q is visible to this principal", err, req.Agent)
 		}
@@ -278,9 +281,17 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		History:     []task.Transition{{At: now, To: task.Submitted, Event: "submit", Source: task.SourceHost, By: p.Subject}},
 		TraceParent: tracing.Traceparent(ctx),
 	}
+	if agent.Binding != "" && agent.Binding != agentcard.BindingNATS {
+		// A standard agent: it learns no events subject, and a2ad chooses
+		// the context id, by which it finds the task again should the
+		// reply be lost (docs/http-binding.md §5).
+		r.Binding, r.ContextID = agent.Binding, HTTPContextID(r.ID)
+	}
 	md := metadata(r)
+	msg := b.Message(messageID(r, 1), "", md)
+	msg.ContextID = r.ContextID
 	params, err := json.Marshal(a2a.SendMessageRequest{
-		Message:       b.Message(messageID(r, 1), "", md),
+		Message:       msg,
 		Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true, AcceptedOutputModes: []string{"application/json"}},
 		Metadata:      md,
 	})
@@ -348,14 +359,21 @@ func (s *Service) replay(ctx context.Context, p Principal, id, digest string, re
 	return prev, nil
 }
 
-// metadata names the task and the events subject the agent must publish on.
+// metadata names the task and, on the NATS binding, the events subject
+// the agent must publish on.
 func metadata(r *task.Record) json.RawMessage {
-	m, _ := json.Marshal(map[string]string{
-		"a2ad/taskId":        r.ID,
-		"a2ad/eventsSubject": natsbind.EventsSubject(r.AgentID, r.ID),
-	})
+	md := map[string]string{"a2ad/taskId": r.ID}
+	if !r.HTTP() {
+		md["a2ad/eventsSubject"] = natsbind.EventsSubject(r.AgentID, r.ID)
+	}
+	m, _ := json.Marshal(md)
 	return m
 }
+
+// HTTPContextID is the contextId a2ad chooses for task id delegated over
+// an HTTP binding: the agent keeps it, and ListTasks by it finds the
+// agent's task when the SendMessage reply was lost.
+func HTTPContextID(taskID string) string { return "a2ad-" + taskID }
 
 // messageID is stable per task and turn, so a resend is recognisable.
 func messageID(r *task.Record, turn int) string {

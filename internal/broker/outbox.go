@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -57,7 +58,7 @@ func classify(err error) outcome {
 	switch {
 	case err == nil:
 		return delivered
-	case errors.Is(err, natsbind.ErrAgentOffline):
+	case errors.Is(err, a2a.ErrAgentUnreachable):
 		return offline
 	case errors.As(err, &rpcErr):
 		return refused
@@ -91,17 +92,42 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	if o.Method == a2a.MethodCancelTask {
 		timeout = cancelTimeout
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	var hdr nats.Header
-	if r.TraceParent != "" {
-		hdr = nats.Header{natsbind.HeaderTraceparent: []string{r.TraceParent}}
+	b, ok := s.binding(r)
+	if !ok {
+		return s.failDelivery(ctx, r, o, "the task's binding "+strconv.Quote(r.Binding)+" is not served by this a2ad")
 	}
-	res, err := s.Client.Call(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), hdr)
-	cancel()
+	var res json.RawMessage
+	var err error
+	sent := true
+	if rc, ok := b.(Reconciler); ok && o.Reconcile && o.Method == a2a.MethodSendMessage {
+		// An earlier attempt's outcome is unknown and this agent does not
+		// deduplicate messageId: ask it first, send only if it has nothing.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		rec, rerr := rc.Reconcile(cctx, r, o)
+		cancel()
+		switch {
+		case rerr != nil:
+			res, err, sent = nil, rerr, false
+		case rec.Verdict == Received:
+			res, sent = rec.Result, false
+		case rec.Verdict == Undecidable:
+			s.Log.Error("delivery outcome unknown and the agent cannot be asked: the task fails rather than run twice",
+				"task", r.ID, "agent", r.AgentID, "method", o.Method, "why", rec.Reason)
+			return s.failDelivery(ctx, r, o, rec.Reason)
+		}
+	}
+	if sent {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		res, err = b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
+		cancel()
+	}
 	if err == nil && o.Method == a2a.MethodSendMessage {
 		_, err = decodeTaskReply(res)
 	}
 	out := classify(err)
+	if !sent && out == offline {
+		out = unknown // the agent could not be asked: nothing is known yet
+	}
 	if brief {
 		failpoint.Hit("delegate-after-send")
 	}
@@ -213,10 +239,31 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		}
 		r.Outbox.NotBefore = time.Now().UTC().Add(Backoff(o.Attempts))
 		r.Outbox.LastError = deliveryFault(err)
+		// A reconciliation that could not be made is owed by the next
+		// attempt too; an attempt that reached nobody owes none.
+		r.Outbox.Unreached = out == offline && !o.Reconcile
 		return nil
 	})
 	return orCurrent(got, uerr)
 }
+
+// failDelivery ends r, whose outbox o cannot be delivered without risking a
+// second run, failed with task.ReasonDeliveryUnknown and why, and clears
+// the outbox. A task ended meanwhile keeps its end.
+func (s *Service) failDelivery(ctx context.Context, r *task.Record, o task.Outbound, why string) (*task.Record, error) {
+	got, err := s.Tasks.Update(context.WithoutCancel(ctx), r.ID, func(r *task.Record) error {
+		if !sameOutbox(r.Outbox, o) {
+			return errSkip
+		}
+		r.Outbox = nil
+		if r.State.Terminal() {
+			return nil
+		}
+		return r.Move(time.Now().UTC(), task.EventFail, task.SourceDaemon, task.ReasonDeliveryUnknown+": "+why, "")
+	})
+	return orCurrent(got, err)
+}
+
 
 // notWaiting reports the agent's answer to a follow-up message when the
 // task is not interrupted (-32004 UnsupportedOperationError, A2A 1.0).
@@ -399,6 +446,10 @@ func (s *Service) redeliver(ctx context.Context, id string) {
 		}
 		r.Outbox.Attempts++
 		r.Outbox.NotBefore = now.Add(Lease)
+		// Unless the last attempt provably reached nobody, its outcome is
+		// unknown (a timeout, or its instance died before recording one).
+		r.Outbox.Reconcile = r.Outbox.Reconcile || !r.Outbox.Unreached
+		r.Outbox.Unreached = false
 		return nil
 	})
 	if err != nil || r.Outbox == nil {

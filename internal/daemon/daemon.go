@@ -320,7 +320,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	limitsOfBriefs := brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}.WithDefaults()
-	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Client: natsbind.NewClient(d.nc), Log: log,
+	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Bindings: map[string]broker.Binding{"": natsbind.NewClient(d.nc)}, Log: log,
 		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow,
 		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey, IdempotencySince: idemSince,
 		// Tasks of earlier versions are found by their ids for as long as

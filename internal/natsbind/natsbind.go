@@ -41,7 +41,7 @@ const EventsWildcard = "a2a.events.>"
 
 // ErrAgentOffline means no agent process is subscribed to the agent's RPC
 // subject (NATS "no responders").
-var ErrAgentOffline = errors.New("agent offline: no responder on its NATS subject")
+var ErrAgentOffline = fmt.Errorf("%w: no responder on its NATS subject", a2a.ErrAgentUnreachable)
 
 // ErrBadSubject is returned for a subject or id that is not a valid single
 // NATS token.
@@ -172,4 +172,15 @@ func (c *Client) Call(ctx context.Context, agentID, method string, params any, h
 		return nil, fmt.Errorf("%w: the response's id is not the request's (%q)", a2a.ErrDecode, id)
 	}
 	return resp.Result, nil
+}
+
+// Send is [Client.Call] as the broker's binding interface has it
+// (broker.Binding): params already encoded, the W3C traceparent (or "")
+// sent as the traceparent header.
+func (c *Client) Send(ctx context.Context, agentID, method string, params json.RawMessage, traceparent string) (json.RawMessage, error) {
+	var hdr nats.Header
+	if traceparent != "" {
+		hdr = nats.Header{HeaderTraceparent: []string{traceparent}}
+	}
+	return c.Call(ctx, agentID, method, params, hdr)
 }
