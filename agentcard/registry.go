@@ -108,15 +108,15 @@ type Record struct {
 	// no signature or one verifies (SignatureVerified), and the card has a
 	// [NATSInterface] and no NATS interface naming another agent
 	// (docs/nats-binding.md §3.3); otherwise NotDelegableReason says why not.
-	Delegable          bool      `json:"delegable"`
-	NotDelegableReason string    `json:"not_delegable_reason,omitempty"`
+	Delegable          bool   `json:"delegable"`
+	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 	// Binding is the binding a2ad delegates over when Delegable
 	// ([BindingNATS], [BindingJSONRPC], [BindingHTTPJSON]) and Interface
 	// the card's entry it uses ([SelectInterface]).
-	Binding   string     `json:"binding,omitempty"`
-	Interface *Interface `json:"interface,omitempty"`
-	RegisteredAt       time.Time `json:"registered_at"`
-	UpdatedAt          time.Time `json:"updated_at"`
+	Binding      string     `json:"binding,omitempty"`
+	Interface    *Interface `json:"interface,omitempty"`
+	RegisteredAt time.Time  `json:"registered_at"`
+	UpdatedAt    time.Time  `json:"updated_at"`
 	// ApprovedCard is the card last approved, kept while a changed card holds
 	// the agent in quarantine; Changes are the JSON pointers (RFC 6901) where
 	// the current card differs from it (at most 50), for the operator's review.

@@ -264,7 +264,6 @@ func (s *Service) failDelivery(ctx context.Context, r *task.Record, o task.Outbo
 	return orCurrent(got, err)
 }
 
-
 // notWaiting reports the agent's answer to a follow-up message when the
 // task is not interrupted (-32004 UnsupportedOperationError, A2A 1.0).
 func notWaiting(err error) bool {
