@@ -40,6 +40,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -74,15 +76,25 @@ func run(args []string, log *slog.Logger) error {
 	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
-	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks); repeatable", func(s string) error {
+	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks; with --http also unresponsive); repeatable", func(s string) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})
+	httpAddr := fs.String("http", "", "serve as a standard A2A 1.0 agent over HTTP (JSON-RPC and HTTP+JSON, no NATS) on this address, e.g. 127.0.0.1:9000; its card is at /.well-known/agent-card.json")
+	publicURL := fs.String("public-url", "", "with --http: the base URL the card advertises (default http://<the address it listens on>)")
+	streaming := fs.Bool("streaming", true, "with --http: the card's capabilities.streaming")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *httpAddr != "" {
+		mis, err := refagent.ParseMisbehave(misbehave)
+		if err != nil {
+			return err
+		}
+		return serveHTTP(*httpAddr, *publicURL, *streaming, mis, log)
 	}
 	cred := strings.TrimSpace(os.Getenv("A2AD_AGENT_CREDENTIAL"))
 	if *credFile != "" {
@@ -191,6 +203,36 @@ func run(args []string, log *slog.Logger) error {
 		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
 	}
 	agent.Stop()
+	return nil
+}
+
+// serveHTTP runs the agent over A2A's HTTP bindings until SIGINT/SIGTERM.
+func serveHTTP(addr, publicURL string, streaming bool, mis map[string]string, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	if publicURL == "" {
+		publicURL = "http://" + ln.Addr().String()
+	}
+	agent, err := refagent.NewHTTP(refagent.HTTPConfig{BaseURL: publicURL, Streaming: streaming, Misbehave: mis, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: agent.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		agent.Stop()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("serving A2A 1.0 over HTTP", "card", publicURL+"/.well-known/agent-card.json", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
 	return nil
 }
 
