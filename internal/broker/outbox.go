@@ -99,17 +99,28 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 	var res json.RawMessage
 	var err error
 	sent := true
-	if rc, ok := b.(Reconciler); ok && o.Reconcile && o.Method == a2a.MethodSendMessage {
+	if rc, ok := b.(Reconciler); ok && o.Method == a2a.MethodSendMessage && (o.Reconcile || o.CancelOnReply) {
 		// An earlier attempt's outcome is unknown and this agent does not
 		// deduplicate messageId: ask it first, send only if it has nothing.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		rec, rerr := rc.Reconcile(cctx, r, o)
-		cancel()
+		// The brief of a task canceled meanwhile is never sent again: it
+		// went out only to learn the agent's task id.
+		var rec Reconciled
+		var rerr error
+		if o.Reconcile {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			rec, rerr = rc.Reconcile(cctx, r, o)
+			cancel()
+		}
 		switch {
 		case rerr != nil:
 			res, err, sent = nil, rerr, false
+		case rec.Verdict == Absent && o.CancelOnReply:
+			return s.clearOutbox(ctx, r.ID, o)
 		case rec.Verdict == Received:
 			res, sent = rec.Result, false
+		case rec.Verdict == Undecidable && o.CancelOnReply:
+			s.Log.Warn("a canceled task's brief may have reached the agent, which cannot be asked: no CancelTask is sent", "task", r.ID, "agent", r.AgentID, "why", rec.Reason)
+			return s.clearOutbox(ctx, r.ID, o)
 		case rec.Verdict == Undecidable:
 			s.Log.Error("delivery outcome unknown and the agent cannot be asked: the task fails rather than run twice",
 				"task", r.ID, "agent", r.AgentID, "method", o.Method, "why", rec.Reason)
@@ -146,7 +157,9 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		follow = nil // the settle stops it
 		s.background(func() {
 			defer f.Stop()
-			if s.settledByEvent(f, o, at) {
+			// An HTTP agent's events come from a2ad's follower, which
+			// starts once the agent's task id is recorded: settle now.
+			if !r.HTTP() && s.settledByEvent(f, o, at) {
 				return
 			}
 			if _, err := s.settle(bg, r.ID, o, res); err != nil {
@@ -245,6 +258,18 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		return nil
 	})
 	return orCurrent(got, uerr)
+}
+
+// clearOutbox removes outbox o from task id (nothing more to deliver).
+func (s *Service) clearOutbox(ctx context.Context, id string, o task.Outbound) (*task.Record, error) {
+	got, err := s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
+		if !sameOutbox(r.Outbox, o) {
+			return errSkip
+		}
+		r.Outbox = nil
+		return nil
+	})
+	return orCurrent(got, err)
 }
 
 // failDelivery ends r, whose outbox o cannot be delivered without risking a
