@@ -1,0 +1,518 @@
+package httpbind
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"iter"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	a2ad "github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/artifact"
+	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/task"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const agentID = "fraud-review"
+
+// The two data parts the test agent sends as two chunks of one artifact;
+// each is a valid risk_assessment (the built-in host schema).
+var (
+	part1 = map[string]any{"case_id": "C-1", "risk_level": "low", "score": 0.1, "reasons": []any{"none"}, "policy_version": "p1"}
+	part2 = map[string]any{"case_id": "C-2", "risk_level": "high", "score": 0.9, "reasons": []any{"velocity"}, "policy_version": "p1"}
+)
+
+// testAgent is an a2a-go executor: submitted, working, then (once
+// released) an artifact in two chunks and completed.
+type testAgent struct {
+	release     chan struct{}
+	completedAt atomic.Int64 // unix nanos, just before completed is emitted
+}
+
+func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
+			return
+		}
+		if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
+			return
+		}
+		select {
+		case <-a.release:
+		case <-ctx.Done():
+			return
+		}
+		first := a2a.NewArtifactEvent(ec, a2a.NewDataPart(part1))
+		first.Artifact.ID = "ra"
+		if !yield(first, nil) {
+			return
+		}
+		second := a2a.NewArtifactUpdateEvent(ec, "ra", a2a.NewDataPart(part2))
+		second.LastChunk = true
+		if !yield(second, nil) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		a.completedAt.Store(time.Now().UnixNano())
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+	}
+}
+
+func (a *testAgent) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// agentServer serves one a2a-go request handler over JSON-RPC at
+// /<owner>/jsonrpc and over REST at /<owner>/rest, counting the calls
+// each follower owner makes ("<owner> <method>").
+type agentServer struct {
+	*httptest.Server
+	agent *testAgent
+
+	mu    sync.Mutex
+	calls map[string]int
+	// cutFirst cuts the first SubscribeToTask stream after its first event.
+	cutFirst atomic.Bool
+	cut      atomic.Bool
+}
+
+func newAgentServer(t *testing.T, streaming bool) *agentServer {
+	t.Helper()
+	s := &agentServer{agent: &testAgent{release: make(chan struct{})}, calls: map[string]int{}}
+	h := a2asrv.NewHandler(s.agent, a2asrv.WithCapabilityChecks(&a2a.AgentCapabilities{Streaming: streaming}))
+	jsonrpc, rest := a2asrv.NewJSONRPCHandler(h), a2asrv.NewRESTHandler(h)
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner, rest1, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		method := ""
+		var next http.Handler
+		switch {
+		case rest1 == "jsonrpc":
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var m struct{ Method string }
+			_ = json.Unmarshal(body, &m)
+			method, next = m.Method, jsonrpc
+		case strings.HasPrefix(rest1, "rest/"):
+			p := strings.TrimPrefix(rest1, "rest")
+			switch {
+			case strings.HasSuffix(p, ":subscribe"):
+				method = "SubscribeToTask"
+			case r.Method == http.MethodGet && strings.HasPrefix(p, "/tasks/"):
+				method = "GetTask"
+			default:
+				method = r.Method + " " + p
+			}
+			next = http.StripPrefix("/"+owner+"/rest", rest)
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		s.mu.Lock()
+		s.calls[owner+" "+method]++
+		s.mu.Unlock()
+		if method == "SubscribeToTask" && s.cutFirst.Load() && s.cut.CompareAndSwap(false, true) {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			w = &cutWriter{ResponseWriter: w, cancel: cancel}
+			r = r.WithContext(ctx)
+		}
+		next.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *agentServer) count(owner, method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[owner+" "+method]
+}
+
+// cutWriter ends its stream (cancels the request) once the first SSE
+// data block has been flushed.
+type cutWriter struct {
+	http.ResponseWriter
+	cancel func()
+	data   bool
+}
+
+func (c *cutWriter) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("data:")) {
+		c.data = true
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *cutWriter) Flush() {
+	c.ResponseWriter.(http.Flusher).Flush()
+	if c.data {
+		c.cancel()
+	}
+}
+
+// instance is one a2ad instance's following side: its store (own
+// watcher), its follower, and (on the first) the tracker.
+type instance struct {
+	store    *task.Store
+	follower *Follower
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+type rig struct {
+	t     *testing.T
+	js    jetstream.JetStream
+	agent *agentServer
+}
+
+func newRig(t *testing.T, streaming bool) *rig {
+	t.Helper()
+	_, _, js := natstest.Start(t)
+	return &rig{t: t, js: js, agent: newAgentServer(t, streaming)}
+}
+
+// lookup is an owner's view of the agent: its URL carries the owner, so
+// the server counts each owner's calls.
+func (g *rig) lookup(owner, binding string, streaming bool) Lookup {
+	return func(id string) (Target, error) {
+		if id != agentID {
+			return Target{}, ErrNotHTTP
+		}
+		u := g.agent.URL + "/" + owner + "/jsonrpc"
+		if binding == "HTTP+JSON" {
+			u = g.agent.URL + "/" + owner + "/rest"
+		}
+		return Target{AgentID: id, Binding: binding, URL: u, Streaming: streaming, CardOrigin: g.agent.URL}, nil
+	}
+}
+
+// opts say what an instance runs.
+type opts struct {
+	binding   string
+	streaming bool // the card's capability
+	follow    bool // runs a Follower
+	track     bool // runs the Tracker
+	lease     time.Duration
+}
+
+// start starts an instance whose follower is owner.
+func (g *rig) start(owner string, o opts) *instance {
+	t := g.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Follower{Binding: New(Config{Lookup: g.lookup(owner, o.binding, o.streaming)}), JS: g.js, Owner: owner, Lease: o.lease,
+		PushSecret: []byte("push-secret-" + owner), Log: slog.New(slog.DiscardHandler)}
+	var tr *task.Tracker
+	store, err := task.NewStore(ctx, g.js, 1, func(sn task.Snapshot) {
+		if o.follow {
+			f.Track(sn)
+		}
+		if tr != nil {
+			tr.Track(sn)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Store = store
+	in := &instance{store: store, follower: f, cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	if o.track {
+		tr = &task.Tracker{Store: store, Schemas: schemas(t), Agents: map[string]task.EventLimits{agentID: {}}, Log: slog.New(slog.DiscardHandler)}
+		if err := tr.EnsureStreams(ctx, g.js); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = tr.Run(ctx, g.js) })
+	}
+	if o.follow {
+		wg.Go(func() {
+			if err := f.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(in.done) }()
+	t.Cleanup(func() { in.stop() })
+	return in
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	<-in.done
+}
+
+func schemas(tb testing.TB) *artifact.Catalog {
+	tb.Helper()
+	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := artifact.NewCatalog(reg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// delegate sends the brief to the agent as the broker does (its messageId,
+// contextId a2ad-<id>, returnImmediately) and writes the record as the
+// broker would once the agent answered: binding, agent task id, context id.
+func (g *rig) delegate(store *task.Store, id, binding string) *task.Record {
+	t := g.t
+	t.Helper()
+	ctx := context.Background()
+	b := New(Config{Lookup: g.lookup("broker", binding, true)})
+	c, _, err := b.Client(ctx, agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("review case C-1"))
+	msg.ID, msg.ContextID = task.BriefMessageID(id), "a2ad-"+id
+	res, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: msg, Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok := res.(*a2a.Task)
+	if !ok {
+		t.Fatalf("SendMessage answered %T, want a task", res)
+	}
+	now := time.Now().UTC()
+	r := &task.Record{ID: id, Tenant: "default", AgentID: agentID, State: task.Submitted, OutputSchema: "risk_assessment",
+		Binding: binding, AgentTaskID: string(at.ID), ContextID: "a2ad-" + id, Deadline: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+	if err := store.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline
+// (the outcome is asserted, not how soon it comes).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, s *task.Store, id string) *task.Record {
+	t.Helper()
+	r, _, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitEnd waits for the record to be terminal and returns it with how
+// long after the agent's completion the store showed it.
+func (g *rig) waitEnd(s *task.Store, id string) (*task.Record, time.Duration) {
+	var r *task.Record
+	waitFor(g.t, "the task to end in the store", func() bool {
+		r = get(g.t, s, id)
+		return r.State.Terminal()
+	})
+	return r, time.Since(time.Unix(0, g.agent.agent.completedAt.Load()))
+}
+
+// assertCompletedOnce checks what a host relies on: completed, the
+// artifact exactly as the agent sent it (two chunks, once), one completed
+// transition, no refusal, and the lease released.
+func assertCompletedOnce(t *testing.T, r *task.Record) {
+	t.Helper()
+	if r.State != task.Completed {
+		t.Fatalf("state %s (reason %q), want completed; history %+v", r.State, r.Reason, r.History)
+	}
+	if len(r.Artifacts) != 1 || len(r.Artifacts[0].Parts) != 2 {
+		t.Fatalf("artifacts = %+v, want one with two parts", r.Artifacts)
+	}
+	for i, want := range []map[string]any{part1, part2} {
+		got, _ := json.Marshal(r.Artifacts[0].Parts[i].Data)
+		w, _ := json.Marshal(want)
+		if !jsonEqual(got, w) {
+			t.Errorf("part %d = %s, want %s", i, got, w)
+		}
+	}
+	completions := 0
+	for _, h := range r.History {
+		if h.Refused {
+			t.Errorf("refused transition %+v", h)
+		}
+		if h.To == task.Completed && !h.Refused {
+			completions++
+		}
+	}
+	if completions != 1 {
+		t.Errorf("%d completed transitions, want 1: %+v", completions, r.History)
+	}
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+// waitReleased waits for the follower to drop its lease on the ended task.
+func waitReleased(t *testing.T, s *task.Store, id string) {
+	t.Helper()
+	waitFor(t, "the lease to be released", func() bool { return get(t, s, id).Follow == nil })
+}
+
+// A delegated task is followed to completed with the exact artifact, over
+// JSON-RPC and REST, by streaming and by polling (a card without
+// streaming, or an agent that refuses SubscribeToTask).
+func TestFollowToCompletion(t *testing.T) {
+	for _, tc := range []struct {
+		name, binding          string
+		cardStreams, serveSSE  bool
+		wantSubscribe, wantGet bool
+	}{
+		{"stream JSONRPC", "JSONRPC", true, true, true, false},
+		{"stream HTTP+JSON", "HTTP+JSON", true, true, true, false},
+		{"poll: card without streaming", "JSONRPC", false, true, false, true},
+		{"poll: agent refuses SubscribeToTask", "HTTP+JSON", true, false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newRig(t, tc.serveSSE)
+			in := g.start("a", opts{binding: tc.binding, streaming: tc.cardStreams, follow: true, track: true})
+			r := g.delegate(in.store, "t1", tc.binding)
+			waitFor(t, "the follower to observe the task", func() bool {
+				return g.agent.count("a", "SubscribeToTask")+g.agent.count("a", "GetTask") > 0
+			})
+			close(g.agent.agent.release)
+			got, lag := g.waitEnd(in.store, r.ID)
+			assertCompletedOnce(t, got)
+			if sub := g.agent.count("a", "SubscribeToTask") > 0; sub != tc.wantSubscribe {
+				t.Errorf("subscribed = %v, want %v", sub, tc.wantSubscribe)
+			}
+			if tc.wantGet && g.agent.count("a", "GetTask") == 0 {
+				t.Error("no GetTask poll")
+			}
+			waitReleased(t, in.store, r.ID)
+			t.Logf("agent completed → store completed: %d ms", lag.Milliseconds())
+		})
+	}
+}
+
+// A stream cut after its first event is resubscribed; the task completes
+// once, its artifact once.
+func TestFollowResubscribesDroppedStream(t *testing.T) {
+	g := newRig(t, true)
+	g.agent.cutFirst.Store(true)
+	in := g.start("a", opts{binding: "JSONRPC", streaming: true, follow: true, track: true})
+	r := g.delegate(in.store, "t2", "JSONRPC")
+	waitFor(t, "a second subscription", func() bool { return g.agent.count("a", "SubscribeToTask") >= 2 })
+	close(g.agent.agent.release)
+	got, _ := g.waitEnd(in.store, r.ID)
+	assertCompletedOnce(t, got)
+	if !g.agent.cut.Load() {
+		t.Fatal("the first stream was not cut")
+	}
+}
+
+// Two instances: exactly one follows at a time; when its owner stops
+// without releasing (a crash looks the same), the other takes over once
+// the lease's Until passed, and completes the task.
+func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
+	g := newRig(t, false)
+	const lease = 900 * time.Millisecond
+	tr := g.start("tracker", opts{track: true})
+	a := g.start("a", opts{binding: "JSONRPC", follow: true, lease: lease})
+	b := g.start("b", opts{binding: "JSONRPC", follow: true, lease: lease})
+	r := g.delegate(tr.store, "t3", "JSONRPC")
+	var first, second *instance
+	var fo, so string
+	waitFor(t, "a lease", func() bool {
+		l := get(t, a.store, r.ID).Follow
+		switch {
+		case l == nil:
+			return false
+		case l.Owner == "a":
+			first, second, fo, so = a, b, "a", "b"
+		default:
+			first, second, fo, so = b, a, "b", "a"
+		}
+		return true
+	})
+	waitFor(t, "polls by the owner", func() bool { return g.agent.count(fo, "GetTask") >= 3 })
+	if n := g.agent.count(so, "GetTask"); n != 0 {
+		t.Fatalf("%d GetTask calls by %s while %s holds the lease", n, so, fo)
+	}
+	until := get(t, a.store, r.ID).Follow.Until
+	first.stop()
+	if l := get(t, second.store, r.ID).Follow; l == nil || l.Owner != fo {
+		t.Fatalf("lease after the owner stopped = %+v, want still %s's (not released)", l, fo)
+	}
+	waitFor(t, "the other instance to take over", func() bool {
+		l := get(t, second.store, r.ID).Follow
+		return l != nil && l.Owner == so
+	})
+	if now := time.Now(); now.Before(until) {
+		t.Fatalf("taken over at %s, before the lease's end %s", now, until)
+	}
+	before := g.agent.count(fo, "GetTask")
+	close(g.agent.agent.release)
+	got, _ := g.waitEnd(tr.store, r.ID)
+	assertCompletedOnce(t, got)
+	if n := g.agent.count(fo, "GetTask"); n != before {
+		t.Errorf("the stopped owner polled %d more times", n-before)
+	}
+	waitReleased(t, tr.store, r.ID)
+}
+
+// The same observation published twice, by two owners in turn, is
+// applied once.
+func TestSameObservationAppliedOnce(t *testing.T) {
+	g := newRig(t, true)
+	in := g.start("tracker", opts{track: true}) // no follower: the test publishes
+	r := g.delegate(in.store, "t4", "JSONRPC")
+	ev := &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(r.AgentTaskID), ContextID: r.ContextID, Status: a2a.TaskStatus{State: a2a.TaskStateWorking}}
+	o, ok, err := itemOf(ev, map[a2a.ArtifactID]int{})
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, owner := range []string{"a", "b"} {
+		fl := &following{f: &Follower{JS: g.js, Owner: owner, Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: agentID, agentTask: r.AgentTaskID}
+		again, _, _ := itemOf(ev, map[a2a.ArtifactID]int{})
+		if again.msgID != o.msgID {
+			t.Fatalf("ids %s and %s for the same observation", o.msgID, again.msgID)
+		}
+		if !fl.publish(ctx, again) {
+			t.Fatal("not published")
+		}
+	}
+	waitFor(t, "working", func() bool { return get(t, in.store, r.ID).State == task.Working })
+	time.Sleep(300 * time.Millisecond) // a second application would land by now
+	got := get(t, in.store, r.ID)
+	n := 0
+	for _, id := range got.Applied {
+		if id == o.msgID {
+			n++
+		}
+	}
+	if n != 1 || len(got.History) != 1 {
+		t.Fatalf("applied %d times, history %+v; want once", n, got.History)
+	}
+}
