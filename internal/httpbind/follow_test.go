@@ -21,6 +21,7 @@ import (
 	"github.com/a2ad/a2ad/task"
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/a2aproject/a2a-go/v2/a2asrv/push"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -89,10 +90,14 @@ type agentServer struct {
 	cut      atomic.Bool
 }
 
-func newAgentServer(t *testing.T, streaming bool) *agentServer {
+func newAgentServer(t *testing.T, streaming bool, pushes ...bool) *agentServer {
 	t.Helper()
 	s := &agentServer{agent: &testAgent{release: make(chan struct{})}, calls: map[string]int{}}
-	h := a2asrv.NewHandler(s.agent, a2asrv.WithCapabilityChecks(&a2a.AgentCapabilities{Streaming: streaming}))
+	hopts := []a2asrv.RequestHandlerOption{a2asrv.WithCapabilityChecks(&a2a.AgentCapabilities{Streaming: streaming, PushNotifications: len(pushes) > 0})}
+	if len(pushes) > 0 {
+		hopts = append(hopts, a2asrv.WithPushNotifications(push.NewInMemoryStore(), push.NewHTTPPushSender(&push.HTTPSenderConfig{AllowPrivateNetworks: true})))
+	}
+	h := a2asrv.NewHandler(s.agent, hopts...)
 	jsonrpc, rest := a2asrv.NewJSONRPCHandler(h), a2asrv.NewRESTHandler(h)
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		owner, rest1, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
@@ -178,15 +183,15 @@ type rig struct {
 	agent *agentServer
 }
 
-func newRig(t *testing.T, streaming bool) *rig {
+func newRig(t *testing.T, streaming bool, push ...bool) *rig {
 	t.Helper()
 	_, _, js := natstest.Start(t)
-	return &rig{t: t, js: js, agent: newAgentServer(t, streaming)}
+	return &rig{t: t, js: js, agent: newAgentServer(t, streaming, push...)}
 }
 
 // lookup is an owner's view of the agent: its URL carries the owner, so
 // the server counts each owner's calls.
-func (g *rig) lookup(owner, binding string, streaming bool) Lookup {
+func (g *rig) lookup(owner, binding string, streaming bool, push ...bool) Lookup {
 	return func(id string) (Target, error) {
 		if id != agentID {
 			return Target{}, ErrNotHTTP
@@ -195,7 +200,7 @@ func (g *rig) lookup(owner, binding string, streaming bool) Lookup {
 		if binding == "HTTP+JSON" {
 			u = g.agent.URL + "/" + owner + "/rest"
 		}
-		return Target{AgentID: id, Binding: binding, URL: u, Streaming: streaming, CardOrigin: g.agent.URL}, nil
+		return Target{AgentID: id, Binding: binding, URL: u, Streaming: streaming, PushNotifications: len(push) > 0, CardOrigin: g.agent.URL}, nil
 	}
 }
 
@@ -206,6 +211,9 @@ type opts struct {
 	follow    bool // runs a Follower
 	track     bool // runs the Tracker
 	lease     time.Duration
+	// push, if not nil, makes the follower register push notifications
+	// and sets its poll bounds; it is given the follower to serve.
+	push func(*Follower)
 }
 
 // start starts an instance whose follower is owner.
@@ -213,8 +221,15 @@ func (g *rig) start(owner string, o opts) *instance {
 	t := g.t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Follower{Binding: New(Config{Lookup: g.lookup(owner, o.binding, o.streaming)}), JS: g.js, Owner: owner, Lease: o.lease,
+	var pushing []bool
+	if o.push != nil {
+		pushing = []bool{true}
+	}
+	f := &Follower{Binding: New(Config{Lookup: g.lookup(owner, o.binding, o.streaming, pushing...)}), JS: g.js, Owner: owner, Lease: o.lease,
 		PushSecret: []byte("push-secret-" + owner), Log: slog.New(slog.DiscardHandler)}
+	if o.push != nil {
+		o.push(f)
+	}
 	var tr *task.Tracker
 	store, err := task.NewStore(ctx, g.js, 1, func(sn task.Snapshot) {
 		if o.follow {
