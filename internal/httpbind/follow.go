@@ -85,7 +85,7 @@ const (
 	streamRetryMax  = 5 * time.Second
 	// retryFollow is the pause before a task whose following ended
 	// without its end in the store is looked at again.
-	retryFollow = time.Second
+	retryFollow = 2 * time.Second
 	// callTimeout bounds one GetTask or CreateTaskPushConfig call.
 	callTimeout = 5 * time.Second
 )

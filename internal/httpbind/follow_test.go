@@ -88,6 +88,25 @@ type agentServer struct {
 	// cutFirst cuts the first SubscribeToTask stream after its first event.
 	cutFirst atomic.Bool
 	cut      atomic.Bool
+	// foreign makes GetTask answer with a task of another id.
+	foreign atomic.Bool
+}
+
+// lyingHandler is the agent's request handler, with GetTask answering
+// another task's id while s.foreign is set.
+type lyingHandler struct {
+	a2asrv.RequestHandler
+	s *agentServer
+}
+
+func (h lyingHandler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2a.Task, error) {
+	t, err := h.RequestHandler.GetTask(ctx, req)
+	if err == nil && h.s.foreign.Load() {
+		c := *t
+		c.ID = "someone-elses-task"
+		t = &c
+	}
+	return t, err
 }
 
 func newAgentServer(t *testing.T, streaming bool, pushes ...bool) *agentServer {
@@ -97,7 +116,7 @@ func newAgentServer(t *testing.T, streaming bool, pushes ...bool) *agentServer {
 	if len(pushes) > 0 {
 		hopts = append(hopts, a2asrv.WithPushNotifications(push.NewInMemoryStore(), push.NewHTTPPushSender(&push.HTTPSenderConfig{AllowPrivateNetworks: true})))
 	}
-	h := a2asrv.NewHandler(s.agent, hopts...)
+	h := lyingHandler{a2asrv.NewHandler(s.agent, hopts...), s}
 	jsonrpc, rest := a2asrv.NewJSONRPCHandler(h), a2asrv.NewRESTHandler(h)
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		owner, rest1, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
@@ -211,9 +230,11 @@ type opts struct {
 	follow    bool // runs a Follower
 	track     bool // runs the Tracker
 	lease     time.Duration
-	// push, if not nil, makes the follower register push notifications
-	// and sets its poll bounds; it is given the follower to serve.
+	// push, if not nil, makes the card offer push notifications; it is
+	// given the follower to serve its webhook and set PushBaseURL.
 	push func(*Follower)
+	// tune, if not nil, sets the follower's poll bounds.
+	tune func(*Follower)
 }
 
 // start starts an instance whose follower is owner.
@@ -229,6 +250,9 @@ func (g *rig) start(owner string, o opts) *instance {
 		PushSecret: []byte("push-secret-" + owner), Log: slog.New(slog.DiscardHandler)}
 	if o.push != nil {
 		o.push(f)
+	}
+	if o.tune != nil {
+		o.tune(f)
 	}
 	var tr *task.Tracker
 	store, err := task.NewStore(ctx, g.js, 1, func(sn task.Snapshot) {
@@ -494,6 +518,47 @@ func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
 		t.Errorf("the stopped owner polled %d more times", n-before)
 	}
 	waitReleased(t, tr.store, r.ID)
+}
+
+// An agent that answers GetTask with another task's id is ignored: the
+// task's record changes in nothing, however often it is polled.
+func TestFollowIgnoresAnotherTasksAnswer(t *testing.T) {
+	g := newRig(t, false)
+	g.agent.foreign.Store(true)
+	in := g.start("a", opts{binding: "JSONRPC", follow: true, track: true, tune: func(f *Follower) {
+		f.PollMin, f.PollMax = 10*time.Millisecond, 10*time.Millisecond
+	}})
+	r := g.delegate(in.store, "t5", "JSONRPC")
+	close(g.agent.agent.release)
+	waitFor(t, "polls", func() bool { return g.agent.count("a", "GetTask") >= 10 })
+	got := get(t, in.store, r.ID)
+	if got.State != task.Submitted || len(got.History) != 0 || len(got.Applied) != 0 {
+		t.Fatalf("state %s, history %+v, applied %v; want the record untouched", got.State, got.History, got.Applied)
+	}
+	if n := natstest.Messages(t, g.js, task.EventsStream(agentID)); n != 0 {
+		t.Fatalf("%d events published", n)
+	}
+}
+
+// An observation over MaxEventBytes is not published (the stream would
+// refuse it); the follower goes on.
+func TestFollowRefusesOversizedEvent(t *testing.T) {
+	g := newRig(t, true)
+	in := g.start("tracker", opts{track: true})
+	r := g.delegate(in.store, "t6", "JSONRPC")
+	big := &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(r.AgentTaskID), ContextID: r.ContextID,
+		Artifact: &a2a.Artifact{ID: "ra", Parts: a2a.ContentParts{a2a.NewTextPart(strings.Repeat("x", MaxEventBytes))}}}
+	o, ok, err := itemOf(big, map[a2a.ArtifactID]int{})
+	if err != nil || !ok {
+		t.Fatal(err)
+	}
+	fl := &following{f: &Follower{JS: g.js, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: agentID, agentTask: r.AgentTaskID}
+	if fl.publish(context.Background(), o) {
+		t.Fatal("an event over 1 MiB was published")
+	}
+	if n := natstest.Messages(t, g.js, task.EventsStream(agentID)); n != 0 {
+		t.Fatalf("%d events in the stream", n)
+	}
 }
 
 // The same observation published twice, by two owners in turn, is
