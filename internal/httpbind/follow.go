@@ -272,6 +272,8 @@ type following struct {
 	// ended is set once a terminal state is published: nothing more is,
 	// and the lease is held until the store shows the end.
 	ended atomic.Bool
+	// mode is the lease's mode now (a refused stream turns it to poll).
+	mode atomic.Value
 }
 
 // follow follows one task for as long as this instance holds its lease
@@ -282,7 +284,8 @@ func (f *Follower) follow(ctx context.Context, sn task.Snapshot) {
 		if ok, held := f.gate.Allow("client/"+sn.AgentID, time.Now()); ok {
 			f.Log.Warn("HTTP agent's task not followed: no client", "agent", sn.AgentID, "task", sn.ID, "err", err, "similar_not_logged", held)
 		}
-		// Looked at again at the next write of the record, or by another instance.
+		// Looked at again after retryFollow, at the next write of the
+		// record, or by another instance.
 		return
 	}
 	mode := ModePoll
@@ -301,6 +304,7 @@ func (f *Follower) follow(ctx context.Context, sn task.Snapshot) {
 		return
 	}
 	fl := &following{f: f, id: r.ID, agentID: r.AgentID, agentTask: r.AgentTaskID, poke: make(chan struct{}, 1)}
+	fl.mode.Store(mode)
 	f.following.Store(r.ID, fl)
 	defer f.following.CompareAndDelete(r.ID, fl)
 
@@ -311,7 +315,7 @@ func (f *Follower) follow(ctx context.Context, sn task.Snapshot) {
 		defer stop()
 		fl.observe(octx, target, push)
 	})
-	f.hold(octx, stop, r, mode)
+	f.hold(octx, stop, r, fl)
 	stop()
 	wg.Wait()
 }
@@ -319,7 +323,7 @@ func (f *Follower) follow(ctx context.Context, sn task.Snapshot) {
 // hold renews the lease every third of its length until the store shows
 // the task ended (then it releases the lease), the lease is lost, or ctx
 // ends; then it calls stop.
-func (f *Follower) hold(ctx context.Context, stop func(), r *task.Record, mode string) {
+func (f *Follower) hold(ctx context.Context, stop func(), r *task.Record, fl *following) {
 	defer stop()
 	w := f.Store.Follow(r.ID)
 	defer w.Stop()
@@ -344,7 +348,7 @@ func (f *Follower) hold(ctx context.Context, stop func(), r *task.Record, mode s
 				return // lapsed and taken over
 			}
 		case <-renew.C:
-			got, err := f.take(ctx, r.ID, mode)
+			got, err := f.take(ctx, r.ID, fl.mode.Load().(string))
 			switch {
 			case err == nil:
 				until = got.Follow.Until

@@ -22,6 +22,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"github.com/a2aproject/a2a-go/v2/a2asrv/push"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -594,5 +595,53 @@ func TestSameObservationAppliedOnce(t *testing.T) {
 	}
 	if n != 1 || len(got.History) != 1 {
 		t.Fatalf("applied %d times, history %+v; want once", n, got.History)
+	}
+}
+
+// countingJS counts publish attempts on a real JetStream.
+type countingJS struct {
+	jetstream.JetStream
+	n atomic.Int64
+}
+
+func (c *countingJS) PublishMsg(ctx context.Context, m *nats.Msg, o ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	c.n.Add(1)
+	return c.JetStream.PublishMsg(ctx, m, o...)
+}
+
+// A full events stream (its max_pending reached, the tracker behind)
+// refuses publishes: the follower retries, backing off (100 ms doubling)
+// instead of spinning, until its context ends (the lease lost), and then
+// reports the event unpublished.
+func TestFollowBacksOffOnAFullStream(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	tr := &task.Tracker{Agents: map[string]task.EventLimits{agentID: {MaxPending: 1}}, Log: slog.New(slog.DiscardHandler)}
+	if err := tr.EnsureStreams(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	cjs := &countingJS{JetStream: js}
+	fl := &following{f: &Follower{JS: cjs, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: "t7", agentID: agentID, agentTask: "x"}
+	mk := func(state a2a.TaskState) observation {
+		o, _, err := itemOf(&a2a.TaskStatusUpdateEvent{TaskID: "x", ContextID: "c", Status: a2a.TaskStatus{State: state}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if !fl.publish(context.Background(), mk(a2a.TaskStateWorking)) {
+		t.Fatal("first event not published")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
+	defer cancel()
+	cjs.n.Store(0)
+	if fl.publish(ctx, mk(a2a.TaskStateInputRequired)) {
+		t.Fatal("published into a full stream")
+	}
+	// Attempts at about 0, 0.1, 0.3, 0.7 and 1.5 s.
+	if n := cjs.n.Load(); n < 2 || n > 6 {
+		t.Fatalf("%d publish attempts in 1.6 s; want a few, backing off", n)
+	}
+	if n := natstest.Messages(t, js, task.EventsStream(agentID)); n != 1 {
+		t.Fatalf("%d events in the stream, want 1", n)
 	}
 }

@@ -133,6 +133,13 @@ func (fl *following) observe(ctx context.Context, target Target, push bool) {
 		fl.registerPush(ctx, target)
 	}
 	if !target.Streaming || !fl.stream(ctx, target) {
+		if target.Streaming {
+			mode := ModePoll
+			if push {
+				mode += pushSuffix
+			}
+			fl.mode.Store(mode) // written at the next renewal
+		}
 		fl.poll(ctx, target, push)
 	}
 	<-ctx.Done() // the end published: the lease is held until the store shows it
