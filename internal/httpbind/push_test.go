@@ -155,4 +155,3 @@ func FuzzPushBody(f *testing.F) {
 		}
 	})
 }
-
