@@ -144,19 +144,19 @@ func (f *Follower) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	known := map[string]task.Snapshot{} // newest snapshot of each HTTP task not followed here
+	known := map[string]task.Snapshot{} // newest snapshot of each open HTTP task
 	looks := map[string]time.Time{}     // when to look again at a task leased elsewhere
 	running := map[string]context.CancelFunc{}
 	ended := make(chan string, 16)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	consider := func(id string, now time.Time) {
+		delete(looks, id)
 		sn, ok := known[id]
 		if !ok || running[id] != nil {
 			return
 		}
 		follow, at := f.followable(sn, now)
-		delete(looks, id)
 		switch {
 		case follow:
 			fctx, cancel := context.WithCancel(ctx)
