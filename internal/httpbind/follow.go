@@ -58,8 +58,10 @@ type Follower struct {
 	// trailing slash) under which this daemon serves [Follower.PushHandler]
 	// at /a2a/push/; "" registers no push notifications.
 	PushBaseURL string
-	// PushSecret keys the per-task push token (HMAC-SHA256); needed when
-	// PushBaseURL is set.
+	// PushSecret keys the per-task push token ([PushToken]); needed when
+	// PushBaseURL is set, and the same on every instance that serves the
+	// webhook (a push may reach any of them); 32 random bytes or more.
+	// Without it the webhook answers 404 to everything.
 	PushSecret []byte
 	Log        *slog.Logger
 

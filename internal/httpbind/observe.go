@@ -236,20 +236,27 @@ func (fl *following) getTask(ctx context.Context, client *a2aclient.Client, targ
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	t, err := client.GetTask(cctx, &a2a.GetTaskRequest{ID: a2a.TaskID(fl.agentTask), Tenant: target.Tenant, HistoryLength: new(0)})
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil:
 		if ctx.Err() == nil {
 			fl.logAgent("get", "GetTask failed", err)
 		}
+		return false
+	case t == nil:
+		fl.logAgent("get", "GetTask answered no task", errors.New("empty result"))
+		return false
+	case t.ID != a2a.TaskID(fl.agentTask):
+		fl.logAgent("foreign", "agent returned another task than asked for: ignored", errors.New("task id "+strconv.Quote(clip(string(t.ID)))))
+		return false
+	}
+	o, err := snapshotOf(t)
+	if err != nil {
+		fl.logAgent("encode", "agent's task not encodable as A2A 1.0: ignored", err)
 		return false
 	}
 	fl.mu.Lock()
 	last := fl.lastSnap
 	fl.mu.Unlock()
-	o, err := snapshotOf(t)
-	if err != nil || t.ID != a2a.TaskID(fl.agentTask) {
-		fl.logAgent("foreign", "agent returned another task than asked for: ignored", errors.New("task id "+strconv.Quote(clip(string(t.ID)))))
-		return false
-	}
 	if bytes.Equal(o.body, last) {
 		return false
 	}
