@@ -88,8 +88,8 @@ const (
 	// retryFollow is the pause before a task whose following ended
 	// without its end in the store is looked at again.
 	retryFollow = 2 * time.Second
-	// callTimeout bounds one GetTask or CreateTaskPushConfig call.
-	callTimeout = 5 * time.Second
+	// followCallTimeout bounds one GetTask or CreateTaskPushConfig call.
+	followCallTimeout = 5 * time.Second
 )
 
 func (f *Follower) init() {

@@ -26,23 +26,23 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-const agentID = "fraud-review"
+const followAgent = "fraud-review"
 
 // The two data parts the test agent sends as two chunks of one artifact;
 // each is a valid risk_assessment (the built-in host schema).
 var (
-	part1 = map[string]any{"case_id": "C-1", "risk_level": "low", "score": 0.1, "reasons": []any{"none"}, "policy_version": "p1"}
-	part2 = map[string]any{"case_id": "C-2", "risk_level": "high", "score": 0.9, "reasons": []any{"velocity"}, "policy_version": "p1"}
+	riskPart1 = map[string]any{"case_id": "C-1", "risk_level": "low", "score": 0.1, "reasons": []any{"none"}, "policy_version": "p1"}
+	riskPart2 = map[string]any{"case_id": "C-2", "risk_level": "high", "score": 0.9, "reasons": []any{"velocity"}, "policy_version": "p1"}
 )
 
-// testAgent is an a2a-go executor: submitted, working, then (once
+// followExecutor is an a2a-go executor: submitted, working, then (once
 // released) an artifact in two chunks and completed.
-type testAgent struct {
+type followExecutor struct {
 	release     chan struct{}
 	completedAt atomic.Int64 // unix nanos, just before completed is emitted
 }
 
-func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+func (a *followExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
 			return
@@ -55,12 +55,12 @@ func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) ite
 		case <-ctx.Done():
 			return
 		}
-		first := a2a.NewArtifactEvent(ec, a2a.NewDataPart(part1))
+		first := a2a.NewArtifactEvent(ec, a2a.NewDataPart(riskPart1))
 		first.Artifact.ID = "ra"
 		if !yield(first, nil) {
 			return
 		}
-		second := a2a.NewArtifactUpdateEvent(ec, "ra", a2a.NewDataPart(part2))
+		second := a2a.NewArtifactUpdateEvent(ec, "ra", a2a.NewDataPart(riskPart2))
 		second.LastChunk = true
 		if !yield(second, nil) {
 			return
@@ -71,18 +71,18 @@ func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) ite
 	}
 }
 
-func (a *testAgent) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+func (a *followExecutor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
 	}
 }
 
-// agentServer serves one a2a-go request handler over JSON-RPC at
+// followServer serves one a2a-go request handler over JSON-RPC at
 // /<owner>/jsonrpc and over REST at /<owner>/rest, counting the calls
 // each follower owner makes ("<owner> <method>").
-type agentServer struct {
+type followServer struct {
 	*httptest.Server
-	agent *testAgent
+	agent *followExecutor
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -97,7 +97,7 @@ type agentServer struct {
 // another task's id while s.foreign is set.
 type lyingHandler struct {
 	a2asrv.RequestHandler
-	s *agentServer
+	s *followServer
 }
 
 func (h lyingHandler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2a.Task, error) {
@@ -110,9 +110,9 @@ func (h lyingHandler) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2
 	return t, err
 }
 
-func newAgentServer(t *testing.T, streaming bool, pushes ...bool) *agentServer {
+func newFollowServer(t *testing.T, streaming bool, pushes ...bool) *followServer {
 	t.Helper()
-	s := &agentServer{agent: &testAgent{release: make(chan struct{})}, calls: map[string]int{}}
+	s := &followServer{agent: &followExecutor{release: make(chan struct{})}, calls: map[string]int{}}
 	hopts := []a2asrv.RequestHandlerOption{a2asrv.WithCapabilityChecks(&a2a.AgentCapabilities{Streaming: streaming, PushNotifications: len(pushes) > 0})}
 	if len(pushes) > 0 {
 		hopts = append(hopts, a2asrv.WithPushNotifications(push.NewInMemoryStore(), push.NewHTTPPushSender(&push.HTTPSenderConfig{AllowPrivateNetworks: true})))
@@ -160,7 +160,7 @@ func newAgentServer(t *testing.T, streaming bool, pushes ...bool) *agentServer {
 	return s
 }
 
-func (s *agentServer) count(owner, method string) int {
+func (s *followServer) count(owner, method string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[owner+" "+method]
@@ -188,32 +188,32 @@ func (c *cutWriter) Flush() {
 	}
 }
 
-// instance is one a2ad instance's following side: its store (own
+// followInstance is one a2ad instance's following side: its store (own
 // watcher), its follower, and (on the first) the tracker.
-type instance struct {
+type followInstance struct {
 	store    *task.Store
 	follower *Follower
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
 
-type rig struct {
+type followRig struct {
 	t     *testing.T
 	js    jetstream.JetStream
-	agent *agentServer
+	agent *followServer
 }
 
-func newRig(t *testing.T, streaming bool, push ...bool) *rig {
+func newFollowRig(t *testing.T, streaming bool, push ...bool) *followRig {
 	t.Helper()
 	_, _, js := natstest.Start(t)
-	return &rig{t: t, js: js, agent: newAgentServer(t, streaming, push...)}
+	return &followRig{t: t, js: js, agent: newFollowServer(t, streaming, push...)}
 }
 
 // lookup is an owner's view of the agent: its URL carries the owner, so
 // the server counts each owner's calls.
-func (g *rig) lookup(owner, binding string, streaming bool, push ...bool) Lookup {
+func (g *followRig) lookup(owner, binding string, streaming bool, push ...bool) Lookup {
 	return func(id string) (Target, error) {
-		if id != agentID {
+		if id != followAgent {
 			return Target{}, ErrNotHTTP
 		}
 		u := g.agent.URL + "/" + owner + "/jsonrpc"
@@ -224,8 +224,8 @@ func (g *rig) lookup(owner, binding string, streaming bool, push ...bool) Lookup
 	}
 }
 
-// opts say what an instance runs.
-type opts struct {
+// followOpts say what a followInstance runs.
+type followOpts struct {
 	binding   string
 	streaming bool // the card's capability
 	follow    bool // runs a Follower
@@ -238,8 +238,8 @@ type opts struct {
 	tune func(*Follower)
 }
 
-// start starts an instance whose follower is owner.
-func (g *rig) start(owner string, o opts) *instance {
+// start starts a followInstance whose follower is owner.
+func (g *followRig) start(owner string, o followOpts) *followInstance {
 	t := g.t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -268,10 +268,10 @@ func (g *rig) start(owner string, o opts) *instance {
 		t.Fatal(err)
 	}
 	f.Store = store
-	in := &instance{store: store, follower: f, cancel: cancel, done: make(chan struct{})}
+	in := &followInstance{store: store, follower: f, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	if o.track {
-		tr = &task.Tracker{Store: store, Schemas: schemas(t), Agents: map[string]task.EventLimits{agentID: {}}, Log: slog.New(slog.DiscardHandler)}
+		tr = &task.Tracker{Store: store, Schemas: followSchemas(t), Agents: map[string]task.EventLimits{followAgent: {}}, Log: slog.New(slog.DiscardHandler)}
 		if err := tr.EnsureStreams(ctx, g.js); err != nil {
 			t.Fatal(err)
 		}
@@ -289,12 +289,12 @@ func (g *rig) start(owner string, o opts) *instance {
 	return in
 }
 
-func (in *instance) stop() {
+func (in *followInstance) stop() {
 	in.cancel()
 	<-in.done
 }
 
-func schemas(tb testing.TB) *artifact.Catalog {
+func followSchemas(tb testing.TB) *artifact.Catalog {
 	tb.Helper()
 	reg, err := artifact.LoadFS(a2ad.HostSchemas(), ".")
 	if err != nil {
@@ -310,12 +310,12 @@ func schemas(tb testing.TB) *artifact.Catalog {
 // delegate sends the brief to the agent as the broker does (its messageId,
 // contextId a2ad-<id>, returnImmediately) and writes the record as the
 // broker would once the agent answered: binding, agent task id, context id.
-func (g *rig) delegate(store *task.Store, id, binding string) *task.Record {
+func (g *followRig) delegate(store *task.Store, id, binding string) *task.Record {
 	t := g.t
 	t.Helper()
 	ctx := context.Background()
 	b := New(Config{Lookup: g.lookup("broker", binding, true)})
-	c, _, err := b.Client(ctx, agentID)
+	c, _, err := b.Client(ctx, followAgent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func (g *rig) delegate(store *task.Store, id, binding string) *task.Record {
 		t.Fatalf("SendMessage answered %T, want a task", res)
 	}
 	now := time.Now().UTC()
-	r := &task.Record{ID: id, Tenant: "default", AgentID: agentID, State: task.Submitted, OutputSchema: "risk_assessment",
+	r := &task.Record{ID: id, Tenant: "default", AgentID: followAgent, State: task.Submitted, OutputSchema: "risk_assessment",
 		Binding: binding, AgentTaskID: string(at.ID), ContextID: "a2ad-" + id, Deadline: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
 	if err := store.Create(ctx, r); err != nil {
 		t.Fatal(err)
@@ -338,9 +338,9 @@ func (g *rig) delegate(store *task.Store, id, binding string) *task.Record {
 	return r
 }
 
-// waitFor polls cond until it holds, failing after a generous deadline
+// waitFollow polls cond until it holds, failing after a generous deadline
 // (the outcome is asserted, not how soon it comes).
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFollow(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
@@ -351,7 +351,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func get(t *testing.T, s *task.Store, id string) *task.Record {
+func getRecord(t *testing.T, s *task.Store, id string) *task.Record {
 	t.Helper()
 	r, _, err := s.Get(context.Background(), id)
 	if err != nil {
@@ -362,10 +362,10 @@ func get(t *testing.T, s *task.Store, id string) *task.Record {
 
 // waitEnd waits for the record to be terminal and returns it with how
 // long after the agent's completion the store showed it.
-func (g *rig) waitEnd(s *task.Store, id string) (*task.Record, time.Duration) {
+func (g *followRig) waitEnd(s *task.Store, id string) (*task.Record, time.Duration) {
 	var r *task.Record
-	waitFor(g.t, "the task to end in the store", func() bool {
-		r = get(g.t, s, id)
+	waitFollow(g.t, "the task to end in the store", func() bool {
+		r = getRecord(g.t, s, id)
 		return r.State.Terminal()
 	})
 	return r, time.Since(time.Unix(0, g.agent.agent.completedAt.Load()))
@@ -382,10 +382,10 @@ func assertCompletedOnce(t *testing.T, r *task.Record) {
 	if len(r.Artifacts) != 1 || len(r.Artifacts[0].Parts) != 2 {
 		t.Fatalf("artifacts = %+v, want one with two parts", r.Artifacts)
 	}
-	for i, want := range []map[string]any{part1, part2} {
+	for i, want := range []map[string]any{riskPart1, riskPart2} {
 		got, _ := json.Marshal(r.Artifacts[0].Parts[i].Data)
 		w, _ := json.Marshal(want)
-		if !jsonEqual(got, w) {
+		if !sameJSON(got, w) {
 			t.Errorf("part %d = %s, want %s", i, got, w)
 		}
 	}
@@ -403,7 +403,7 @@ func assertCompletedOnce(t *testing.T, r *task.Record) {
 	}
 }
 
-func jsonEqual(a, b []byte) bool {
+func sameJSON(a, b []byte) bool {
 	var x, y any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 		return false
@@ -416,7 +416,7 @@ func jsonEqual(a, b []byte) bool {
 // waitReleased waits for the follower to drop its lease on the ended task.
 func waitReleased(t *testing.T, s *task.Store, id string) {
 	t.Helper()
-	waitFor(t, "the lease to be released", func() bool { return get(t, s, id).Follow == nil })
+	waitFollow(t, "the lease to be released", func() bool { return getRecord(t, s, id).Follow == nil })
 }
 
 // A delegated task is followed to completed with the exact artifact, over
@@ -434,10 +434,10 @@ func TestFollowToCompletion(t *testing.T) {
 		{"poll: agent refuses SubscribeToTask", "HTTP+JSON", true, false, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newRig(t, tc.serveSSE)
-			in := g.start("a", opts{binding: tc.binding, streaming: tc.cardStreams, follow: true, track: true})
+			g := newFollowRig(t, tc.serveSSE)
+			in := g.start("a", followOpts{binding: tc.binding, streaming: tc.cardStreams, follow: true, track: true})
 			r := g.delegate(in.store, "t1", tc.binding)
-			waitFor(t, "the follower to observe the task", func() bool {
+			waitFollow(t, "the follower to observe the task", func() bool {
 				return g.agent.count("a", "SubscribeToTask")+g.agent.count("a", "GetTask") > 0
 			})
 			close(g.agent.agent.release)
@@ -458,11 +458,11 @@ func TestFollowToCompletion(t *testing.T) {
 // A stream cut after its first event is resubscribed; the task completes
 // once, its artifact once.
 func TestFollowResubscribesDroppedStream(t *testing.T) {
-	g := newRig(t, true)
+	g := newFollowRig(t, true)
 	g.agent.cutFirst.Store(true)
-	in := g.start("a", opts{binding: "JSONRPC", streaming: true, follow: true, track: true})
+	in := g.start("a", followOpts{binding: "JSONRPC", streaming: true, follow: true, track: true})
 	r := g.delegate(in.store, "t2", "JSONRPC")
-	waitFor(t, "a second subscription", func() bool { return g.agent.count("a", "SubscribeToTask") >= 2 })
+	waitFollow(t, "a second subscription", func() bool { return g.agent.count("a", "SubscribeToTask") >= 2 })
 	close(g.agent.agent.release)
 	got, _ := g.waitEnd(in.store, r.ID)
 	assertCompletedOnce(t, got)
@@ -484,17 +484,17 @@ func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
 		{"stream", true, "SubscribeToTask"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newRig(t, tc.streaming)
+			g := newFollowRig(t, tc.streaming)
 			const lease = 900 * time.Millisecond
-			tr := g.start("tracker", opts{track: true})
-			a := g.start("a", opts{binding: "JSONRPC", streaming: tc.streaming, follow: true, lease: lease})
-			b := g.start("b", opts{binding: "JSONRPC", streaming: tc.streaming, follow: true, lease: lease})
+			tr := g.start("tracker", followOpts{track: true})
+			a := g.start("a", followOpts{binding: "JSONRPC", streaming: tc.streaming, follow: true, lease: lease})
+			b := g.start("b", followOpts{binding: "JSONRPC", streaming: tc.streaming, follow: true, lease: lease})
 			r := g.delegate(tr.store, "t3", "JSONRPC")
-			var first, second *instance
+			var first, second *followInstance
 			var fo, so string
 			var until0 time.Time
-			waitFor(t, "a lease", func() bool {
-				l := get(t, tr.store, r.ID).Follow
+			waitFollow(t, "a lease", func() bool {
+				l := getRecord(t, tr.store, r.ID).Follow
 				switch {
 				case l == nil:
 					return false
@@ -507,8 +507,8 @@ func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
 				return true
 			})
 			// Past the first lease's end: only renewals keep the other out.
-			waitFor(t, "the first lease's end", func() bool { return time.Now().After(until0.Add(lease / 3)) })
-			l := get(t, tr.store, r.ID).Follow
+			waitFollow(t, "the first lease's end", func() bool { return time.Now().After(until0.Add(lease / 3)) })
+			l := getRecord(t, tr.store, r.ID).Follow
 			if l == nil || l.Owner != fo || !l.Until.After(until0) {
 				t.Fatalf("lease %+v after its first end %s; want %s's, renewed", l, until0, fo)
 			}
@@ -518,19 +518,19 @@ func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
 			if n := g.agent.count(so, "GetTask") + g.agent.count(so, "SubscribeToTask"); n != 0 {
 				t.Fatalf("%d calls by %s while %s holds the lease", n, so, fo)
 			}
-			until := get(t, tr.store, r.ID).Follow.Until
+			until := getRecord(t, tr.store, r.ID).Follow.Until
 			first.stop()
-			if l := get(t, tr.store, r.ID).Follow; l == nil || l.Owner != fo {
+			if l := getRecord(t, tr.store, r.ID).Follow; l == nil || l.Owner != fo {
 				t.Fatalf("lease after the owner stopped = %+v, want still %s's (not released)", l, fo)
 			}
-			waitFor(t, "the other instance to take over", func() bool {
-				l := get(t, second.store, r.ID).Follow
+			waitFollow(t, "the other instance to take over", func() bool {
+				l := getRecord(t, second.store, r.ID).Follow
 				return l != nil && l.Owner == so
 			})
 			if now := time.Now(); now.Before(until) {
 				t.Fatalf("taken over at %s, before the lease's end %s", now, until)
 			}
-			waitFor(t, "the new owner to call the agent", func() bool { return g.agent.count(so, tc.call) > 0 })
+			waitFollow(t, "the new owner to call the agent", func() bool { return g.agent.count(so, tc.call) > 0 })
 			before := g.agent.count(fo, "GetTask") + g.agent.count(fo, "SubscribeToTask")
 			close(g.agent.agent.release)
 			got, _ := g.waitEnd(tr.store, r.ID)
@@ -546,19 +546,19 @@ func TestFollowOneInstanceAtATimeAndTakeOver(t *testing.T) {
 // An agent that answers GetTask with another task's id is ignored: the
 // task's record changes in nothing, however often it is polled.
 func TestFollowIgnoresAnotherTasksAnswer(t *testing.T) {
-	g := newRig(t, false)
+	g := newFollowRig(t, false)
 	g.agent.foreign.Store(true)
-	in := g.start("a", opts{binding: "JSONRPC", follow: true, track: true, tune: func(f *Follower) {
+	in := g.start("a", followOpts{binding: "JSONRPC", follow: true, track: true, tune: func(f *Follower) {
 		f.PollMin, f.PollMax = 10*time.Millisecond, 10*time.Millisecond
 	}})
 	r := g.delegate(in.store, "t5", "JSONRPC")
 	close(g.agent.agent.release)
-	waitFor(t, "polls", func() bool { return g.agent.count("a", "GetTask") >= 10 })
-	got := get(t, in.store, r.ID)
+	waitFollow(t, "polls", func() bool { return g.agent.count("a", "GetTask") >= 10 })
+	got := getRecord(t, in.store, r.ID)
 	if got.State != task.Submitted || len(got.History) != 0 || len(got.Applied) != 0 {
 		t.Fatalf("state %s, history %+v, applied %v; want the record untouched", got.State, got.History, got.Applied)
 	}
-	if n := natstest.Messages(t, g.js, task.EventsStream(agentID)); n != 0 {
+	if n := natstest.Messages(t, g.js, task.EventsStream(followAgent)); n != 0 {
 		t.Fatalf("%d events published", n)
 	}
 }
@@ -566,8 +566,8 @@ func TestFollowIgnoresAnotherTasksAnswer(t *testing.T) {
 // An observation over MaxEventBytes is not published (the stream would
 // refuse it); the follower goes on.
 func TestFollowRefusesOversizedEvent(t *testing.T) {
-	g := newRig(t, true)
-	in := g.start("tracker", opts{track: true})
+	g := newFollowRig(t, true)
+	in := g.start("tracker", followOpts{track: true})
 	r := g.delegate(in.store, "t6", "JSONRPC")
 	big := &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(r.AgentTaskID), ContextID: r.ContextID,
 		Artifact: &a2a.Artifact{ID: "ra", Parts: a2a.ContentParts{a2a.NewTextPart(strings.Repeat("x", MaxEventBytes))}}}
@@ -575,11 +575,11 @@ func TestFollowRefusesOversizedEvent(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(err)
 	}
-	fl := &following{f: &Follower{JS: g.js, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: agentID, agentTask: r.AgentTaskID}
+	fl := &following{f: &Follower{JS: g.js, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: followAgent, agentTask: r.AgentTaskID}
 	if fl.publish(context.Background(), o) {
 		t.Fatal("an event over 1 MiB was published")
 	}
-	if n := natstest.Messages(t, g.js, task.EventsStream(agentID)); n != 0 {
+	if n := natstest.Messages(t, g.js, task.EventsStream(followAgent)); n != 0 {
 		t.Fatalf("%d events in the stream", n)
 	}
 }
@@ -588,8 +588,8 @@ func TestFollowRefusesOversizedEvent(t *testing.T) {
 // id and is applied once (here JetStream drops the repeat within its
 // window; past it, the record's Applied ids do, as task's tests show).
 func TestSameObservationAppliedOnce(t *testing.T) {
-	g := newRig(t, true)
-	in := g.start("tracker", opts{track: true}) // no follower: the test publishes
+	g := newFollowRig(t, true)
+	in := g.start("tracker", followOpts{track: true}) // no follower: the test publishes
 	r := g.delegate(in.store, "t4", "JSONRPC")
 	ev := &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(r.AgentTaskID), ContextID: r.ContextID, Status: a2a.TaskStatus{State: a2a.TaskStateWorking}}
 	o, ok, err := itemOf(ev, map[a2a.ArtifactID]int{})
@@ -598,7 +598,7 @@ func TestSameObservationAppliedOnce(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, owner := range []string{"a", "b"} {
-		fl := &following{f: &Follower{JS: g.js, Owner: owner, Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: agentID, agentTask: r.AgentTaskID}
+		fl := &following{f: &Follower{JS: g.js, Owner: owner, Log: slog.New(slog.DiscardHandler)}, id: r.ID, agentID: followAgent, agentTask: r.AgentTaskID}
 		again, _, _ := itemOf(ev, map[a2a.ArtifactID]int{})
 		if again.msgID != o.msgID {
 			t.Fatalf("ids %s and %s for the same observation", o.msgID, again.msgID)
@@ -607,9 +607,9 @@ func TestSameObservationAppliedOnce(t *testing.T) {
 			t.Fatal("not published")
 		}
 	}
-	waitFor(t, "working", func() bool { return get(t, in.store, r.ID).State == task.Working })
+	waitFollow(t, "working", func() bool { return getRecord(t, in.store, r.ID).State == task.Working })
 	time.Sleep(300 * time.Millisecond) // a second application would land by now
-	got := get(t, in.store, r.ID)
+	got := getRecord(t, in.store, r.ID)
 	n := 0
 	for _, id := range got.Applied {
 		if id == o.msgID {
@@ -638,12 +638,12 @@ func (c *countingJS) PublishMsg(ctx context.Context, m *nats.Msg, o ...jetstream
 // reports the event unpublished.
 func TestFollowBacksOffOnAFullStream(t *testing.T) {
 	_, _, js := natstest.Start(t)
-	tr := &task.Tracker{Agents: map[string]task.EventLimits{agentID: {MaxPending: 1}}, Log: slog.New(slog.DiscardHandler)}
+	tr := &task.Tracker{Agents: map[string]task.EventLimits{followAgent: {MaxPending: 1}}, Log: slog.New(slog.DiscardHandler)}
 	if err := tr.EnsureStreams(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}
 	cjs := &countingJS{JetStream: js}
-	fl := &following{f: &Follower{JS: cjs, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: "t7", agentID: agentID, agentTask: "x"}
+	fl := &following{f: &Follower{JS: cjs, Owner: "a", Log: slog.New(slog.DiscardHandler)}, id: "t7", agentID: followAgent, agentTask: "x"}
 	mk := func(state a2a.TaskState) observation {
 		o, _, err := itemOf(&a2a.TaskStatusUpdateEvent{TaskID: "x", ContextID: "c", Status: a2a.TaskStatus{State: state}}, nil)
 		if err != nil {
@@ -664,7 +664,7 @@ func TestFollowBacksOffOnAFullStream(t *testing.T) {
 	if n := cjs.n.Load(); n < 2 || n > 6 {
 		t.Fatalf("%d publish attempts in 1.6 s; want a few, backing off", n)
 	}
-	if n := natstest.Messages(t, js, task.EventsStream(agentID)); n != 1 {
+	if n := natstest.Messages(t, js, task.EventsStream(followAgent)); n != 1 {
 		t.Fatalf("%d events in the stream, want 1", n)
 	}
 }

@@ -2,6 +2,7 @@ package httpbind
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -156,7 +157,7 @@ func (fl *following) stream(ctx context.Context, target Target) bool {
 		client, _, err := fl.f.Binding.Client(ctx, fl.agentID)
 		if err != nil {
 			fl.logAgent("client", "HTTP agent unreachable for following", err)
-			if !sleep(ctx, pause) {
+			if !sleepCtx(ctx, pause) {
 				return true
 			}
 			pause = min(2*pause, streamRetryMax)
@@ -203,9 +204,9 @@ func (fl *following) stream(ctx context.Context, target Target) bool {
 // (to PushPoll when push notifications are on), back to PollMin on a
 // change; a push notification polls at once.
 func (fl *following) poll(ctx context.Context, target Target, push bool) {
-	lo, hi := cmpOr(fl.f.PollMin, DefaultPollMin), cmpOr(fl.f.PollMax, DefaultPollMax)
+	lo, hi := cmp.Or(fl.f.PollMin, DefaultPollMin), cmp.Or(fl.f.PollMax, DefaultPollMax)
 	if push {
-		hi = cmpOr(fl.f.PushPoll, DefaultPushPoll)
+		hi = cmp.Or(fl.f.PushPoll, DefaultPushPoll)
 	}
 	pause := lo
 	for ctx.Err() == nil && !fl.ended.Load() {
@@ -230,10 +231,10 @@ func (fl *following) poll(ctx context.Context, target Target, push bool) {
 	}
 }
 
-// getTask reads the task (within callTimeout) and publishes its snapshot
+// getTask reads the task (within followCallTimeout) and publishes its snapshot
 // when it differs from the last one published; it reports whether it did.
 func (fl *following) getTask(ctx context.Context, client *a2aclient.Client, target Target) bool {
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, followCallTimeout)
 	t, err := client.GetTask(cctx, &a2a.GetTaskRequest{ID: a2a.TaskID(fl.agentTask), Tenant: target.Tenant, HistoryLength: new(0)})
 	cancel()
 	switch {
@@ -246,7 +247,7 @@ func (fl *following) getTask(ctx context.Context, client *a2aclient.Client, targ
 		fl.logAgent("get", "GetTask answered no task", errors.New("empty result"))
 		return false
 	case t.ID != a2a.TaskID(fl.agentTask):
-		fl.logAgent("foreign", "agent returned another task than asked for: ignored", errors.New("task id "+strconv.Quote(clip(string(t.ID)))))
+		fl.logAgent("foreign", "agent returned another task than asked for: ignored", errors.New("task id "+strconv.Quote(clipAgentText(string(t.ID)))))
 		return false
 	}
 	o, err := snapshotOf(t)
@@ -267,7 +268,7 @@ func (fl *following) getTask(ctx context.Context, client *a2aclient.Client, targ
 // once ctx ended.
 func (fl *following) publishEvent(ctx context.Context, ev a2a.Event, parts map[a2a.ArtifactID]int) bool {
 	if id := taskIDOf(ev); id != "" && id != a2a.TaskID(fl.agentTask) {
-		fl.logAgent("foreign", "agent sent an event of another task: ignored", errors.New("task id "+strconv.Quote(clip(string(id)))))
+		fl.logAgent("foreign", "agent sent an event of another task: ignored", errors.New("task id "+strconv.Quote(clipAgentText(string(id)))))
 		return true
 	}
 	o, ok, err := itemOf(ev, parts)
@@ -317,7 +318,7 @@ func (fl *following) publish(ctx context.Context, o observation) bool {
 			return false
 		}
 		fl.logAgent("publish", "observed change not yet published; retrying", err)
-		if !sleep(ctx, pause) {
+		if !sleepCtx(ctx, pause) {
 			return false
 		}
 		pause = min(2*pause, 5*time.Second)
@@ -351,7 +352,7 @@ func (fl *following) logAgent(kind, msg string, err error) {
 }
 
 // sleep waits d or until ctx ends; false if it ended.
-func sleep(ctx context.Context, d time.Duration) bool {
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -362,15 +363,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
 // clip shortens an agent-chosen string for a log line.
-func clip(s string) string {
+func clipAgentText(s string) string {
 	if len(s) > 64 {
 		return s[:64] + "…"
 	}

@@ -52,7 +52,7 @@ func (fl *following) registerPush(ctx context.Context, target Target) {
 	if err != nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, followCallTimeout)
 	defer cancel()
 	_, err = client.CreateTaskPushConfig(cctx, &sdk.PushConfig{
 		TaskID: sdk.TaskID(fl.agentTask),
@@ -162,7 +162,7 @@ func (f *Follower) servePush(w http.ResponseWriter, r *http.Request) {
 		pushError(w, http.StatusBadRequest, "push notification carries no task change")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), followCallTimeout)
 	defer cancel()
 	if !fl.publish(ctx, o) {
 		pushError(w, http.StatusServiceUnavailable, "push notification not recorded now; retry")

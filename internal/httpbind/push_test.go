@@ -17,9 +17,9 @@ import (
 // apart only the pushes can bring the task to completed — which it
 // reaches, exactly once.
 func TestPushNotificationsCompleteTheTask(t *testing.T) {
-	g := newRig(t, false, true)
+	g := newFollowRig(t, false, true)
 	var hook *httptest.Server
-	in := g.start("a", opts{binding: "JSONRPC", follow: true, track: true, push: func(f *Follower) {
+	in := g.start("a", followOpts{binding: "JSONRPC", follow: true, track: true, push: func(f *Follower) {
 		mux := http.NewServeMux()
 		mux.Handle(PushPath, f.PushHandler())
 		hook = httptest.NewServer(mux)
@@ -28,10 +28,10 @@ func TestPushNotificationsCompleteTheTask(t *testing.T) {
 		f.PollMin, f.PollMax, f.PushPoll = 10*time.Minute, 10*time.Minute, 10*time.Minute
 	}})
 	r := g.delegate(in.store, "p1", "JSONRPC")
-	waitFor(t, "the push config to be registered", func() bool {
+	waitFollow(t, "the push config to be registered", func() bool {
 		return g.agent.count("a", "CreateTaskPushNotificationConfig") == 1 && g.agent.count("a", "GetTask") == 1
 	})
-	if l := get(t, in.store, r.ID).Follow; l == nil || l.Mode != "poll+push" {
+	if l := getRecord(t, in.store, r.ID).Follow; l == nil || l.Mode != "poll+push" {
 		t.Fatalf("lease = %+v, want mode poll+push", l)
 	}
 	close(g.agent.agent.release)
@@ -48,8 +48,8 @@ func TestPushNotificationsCompleteTheTask(t *testing.T) {
 // follow, 413 over 1 MiB, 400 for a body that is not one A2A 1.0 item of
 // that task, 405 for another method.
 func TestPushHandlerAnswers(t *testing.T) {
-	g := newRig(t, true)
-	in := g.start("a", opts{binding: "JSONRPC", track: true})
+	g := newFollowRig(t, true)
+	in := g.start("a", followOpts{binding: "JSONRPC", track: true})
 	r := g.delegate(in.store, "p2", "JSONRPC")
 	h := in.follower.PushHandler()
 	good := `{"statusUpdate":{"taskId":"` + r.AgentTaskID + `","contextId":"a2ad-p2","status":{"state":"TASK_STATE_WORKING"}}}`
@@ -81,7 +81,7 @@ func TestPushHandlerAnswers(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "the pushed status to apply", func() bool { return get(t, in.store, r.ID).State == task.Working })
+	waitFollow(t, "the pushed status to apply", func() bool { return getRecord(t, in.store, r.ID).State == task.Working })
 	// Once the task ended, its webhook is gone.
 	if _, err := in.store.Update(context.Background(), r.ID, func(rec *task.Record) error {
 		return rec.Move(time.Now(), task.EventCancel, task.SourceHost, "test", "")
