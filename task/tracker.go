@@ -465,6 +465,11 @@ func (t *Tracker) applyItem(r *Record, item *a2a.StreamResponse, msgID string, n
 		return t.addArtifact(r, u, "/artifactUpdate/artifact", msgID, now)
 	case item.Task != nil:
 		r.learnIDs(item.Task.ID, item.Task.ContextID, now)
+		if to, ok := FromWire(item.Task.Status.State); ok && r.State.Terminal() && to == r.State {
+			// The end already applied, observed again (an HTTP agent's task
+			// read once more by a follower that took over): nothing new.
+			return errNoChange
+		}
 		for i, a := range item.Task.Artifacts {
 			if err := t.addArtifact(r, &a2a.TaskArtifactUpdateEvent{Artifact: a}, "/task/artifacts/"+strconv.Itoa(i), msgID, now); err != nil {
 				return err

@@ -376,6 +376,37 @@ func TestSameStateReportAfterTerminalChangesNothing(t *testing.T) {
 	}
 }
 
+// A follower that took over an HTTP agent's task reads the ended task once
+// more and publishes it as a Task snapshot with an id of its own: the end
+// already applied changes nothing and refuses nothing.
+func TestTerminalSnapshotRepeatingTheEndChangesNothing(t *testing.T) {
+	tr := newTracker(t)
+	create(t, tr, "t8")
+	subj := "a2a.events.fraud-review.t8"
+	for i, body := range []string{working, good, completed} {
+		if err := apply(t, tr, subj, fmt.Sprintf("h1-%d", i), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := get(t, tr, "t8")
+	snap := `{"task":{"id":"a1","contextId":"c1","status":{"state":"TASK_STATE_COMPLETED"},"artifacts":[{"artifactId":"ra","parts":[{"data":{"case_id":"C-1","risk_level":"low","score":0.1,"reasons":["none"],"policy_version":"p1"}}]}]}}`
+	if err := apply(t, tr, subj, "h1-snapshot", snap); err != nil {
+		t.Fatal(err)
+	}
+	after := get(t, tr, "t8")
+	if after.State != Completed || len(after.History) != len(before.History) || after.RefusedUnrecorded != 0 || len(after.Artifacts) != 1 {
+		t.Fatalf("after the repeated end: state %s, history %d -> %d, artifacts %d: %+v", after.State, len(before.History), len(after.History), len(after.Artifacts), after.History)
+	}
+	// Another end is still refused and recorded.
+	failed := `{"task":{"id":"a1","contextId":"c1","status":{"state":"TASK_STATE_FAILED"}}}`
+	if err := apply(t, tr, subj, "h1-failed", failed); err == nil {
+		t.Fatal("a different end after completed was accepted")
+	}
+	if r := get(t, tr, "t8"); r.State != Completed || len(r.History) != len(before.History)+1 || !r.History[len(r.History)-1].Refused {
+		t.Fatalf("a different end after completed: state %s, history %+v", r.State, r.History)
+	}
+}
+
 func TestDeleteIfOnlyWhilePredicateHolds(t *testing.T) {
 	tr := newTracker(t)
 	create(t, tr, "t8")
