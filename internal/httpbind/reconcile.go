@@ -22,6 +22,7 @@ const (
 	ReasonNoListTasks   = "the agent offers no ListTasks, so a2ad cannot tell whether the brief arrived; it is not sent twice"
 	ReasonNoContextID   = "the task has no contextId a2ad chose, so a2ad cannot look the brief up at the agent; it is not sent twice"
 	ReasonNoAgentTaskID = "the agent's task id was never recorded, so a2ad cannot tell whether the answer arrived; it is not sent twice"
+	ReasonListRefused   = "the agent does not let a2ad list its tasks (it answered unauthenticated or permission denied), so a2ad cannot tell whether the brief arrived; it is not sent twice"
 	ReasonTaskGone      = "the agent no longer knows its task, so a2ad cannot tell whether the message arrived; it is not sent twice"
 )
 
@@ -35,7 +36,10 @@ const (
 // r.ContextID} (a2ad chose that contextId, broker.HTTPContextID, and the
 // brief carries it): a task of that context → Received with it; none →
 // Absent; no ListTasks at the agent (UnsupportedOperation, method not
-// found, HTTP 404/405/501) → Undecidable ([ReasonNoListTasks]).
+// found, HTTP 404/405/501) → Undecidable ([ReasonNoListTasks]); ListTasks
+// refused as unauthenticated or not permitted (a2a-go's agents list tasks
+// only to an authenticated caller: configure [Auth]) → Undecidable
+// ([ReasonListRefused]).
 //
 // An answer to the agent's question: GetTask(r.AgentTaskID) with its
 // history → o.MessageID in the history → Received; the task still
@@ -113,6 +117,10 @@ func (b *Binding) reconcileByContext(ctx context.Context, r *task.Record, t Targ
 			case status == http.StatusNotFound, status == http.StatusMethodNotAllowed, status == http.StatusNotImplemented,
 				a2a.IsCode(cerr, a2a.CodeUnsupportedOperation), a2a.IsCode(cerr, a2a.CodeMethodNotFound):
 				return broker.Reconciled{Verdict: broker.Undecidable, Reason: ReasonNoListTasks}, nil
+			case a2a.IsCode(cerr, CodeUnauthenticated), a2a.IsCode(cerr, CodeUnauthorized):
+				// a2a-go's task store lists tasks only to an
+				// authenticated caller, and only its own.
+				return broker.Reconciled{Verdict: broker.Undecidable, Reason: ReasonListRefused}, nil
 			}
 			return broker.Reconciled{}, cerr
 		}

@@ -1,0 +1,384 @@
+package httpbind
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+
+	"github.com/a2ad/a2ad/internal/a2a"
+)
+
+func certPool(s *httptest.Server) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(s.Certificate())
+	return p
+}
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// A brief as the broker sends it comes back as a task internal/a2a
+// decodes, submitted, in a2ad's context; every request carries
+// A2A-Version 1.0, the traceparent, User-Agent a2ad and no Authorization
+// (not even one a caller's context tried to add).
+func TestSendBriefReturnsSubmittedTask(t *testing.T) {
+	for _, bnd := range bindings {
+		t.Run(bnd, func(t *testing.T) {
+			hold := make(chan struct{})
+			defer close(hold)
+			a := startAgent(t, bnd, agentOpts{hold: hold})
+			b := bindingFor(t, a, Config{})
+			ctx := a2aclient.AttachServiceParams(t.Context(), a2aclient.ServiceParams{"Authorization": {"Bearer host-token"}})
+			res, err := b.Send(ctx, "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), traceparent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := mustTaskReply(t, res)
+			if at.Status.State != a2a.TaskStateSubmitted {
+				t.Errorf("state = %q, want %q", at.Status.State, a2a.TaskStateSubmitted)
+			}
+			if at.ContextID != "a2ad-T1" {
+				t.Errorf("contextId = %q, want a2ad-T1", at.ContextID)
+			}
+			reqs := a.requests()
+			if len(reqs) != 1 || reqs[0].RPC != "SendMessage" {
+				t.Fatalf("agent got %+v, want one SendMessage", reqs)
+			}
+			h := reqs[0].Header
+			for k, want := range map[string]string{"A2A-Version": "1.0", "Traceparent": traceparent, "User-Agent": "a2ad", "Authorization": ""} {
+				if got := h.Get(k); got != want {
+					t.Errorf("header %s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Standard agents do not deduplicate messageId: the same brief twice is
+// two tasks at a real a2a-go agent. This is why a2ad reconciles.
+func TestSameMessageIDTwiceIsTwoTasks(t *testing.T) {
+	a := startAgent(t, string(sdk.TransportProtocolJSONRPC), agentOpts{})
+	b := bindingFor(t, a, Config{Agents: bearerAuth(t, "a2ad-1")})
+	var ids []string
+	for range 2 {
+		res, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, mustTaskReply(t, res).ID)
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("one task for two sends (%s): the agent deduplicates after all", ids[0])
+	}
+	c, _, err := b.Client(t.Context(), "fraud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListTasks(WithTraceparent(t.Context(), traceparent), &sdk.ListTasksRequest{ContextID: "a2ad-T1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Tasks) != 2 {
+		t.Fatalf("ListTasks(a2ad-T1) = %d tasks, want 2", len(list.Tasks))
+	}
+}
+
+// GetTask and CancelTask return a Task internal/a2a decodes; CancelTask
+// of the input-required task cancels it.
+func TestGetTaskAndCancelTask(t *testing.T) {
+	for _, bnd := range bindings {
+		t.Run(bnd, func(t *testing.T) {
+			a := startAgent(t, bnd, agentOpts{})
+			b := bindingFor(t, a, Config{})
+			id := briefAndWait(t, b, "T1", sdk.TaskStateInputRequired)
+			res, err := b.Send(t.Context(), "fraud", a2a.MethodGetTask, mustJSON(t, a2a.GetTaskRequest{ID: id}), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := a2a.DecodeTask(res)
+			if err != nil {
+				t.Fatalf("GetTask result %s: %v", res, err)
+			}
+			if got.ID != id || got.Status.State != a2a.TaskStateInputRequired {
+				t.Errorf("GetTask = %s %s, want %s %s", got.ID, got.Status.State, id, a2a.TaskStateInputRequired)
+			}
+			res, err = b.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id}), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err = a2a.DecodeTask(res)
+			if err != nil {
+				t.Fatalf("CancelTask result %s: %v", res, err)
+			}
+			if got.Status.State != a2a.TaskStateCanceled {
+				t.Errorf("after CancelTask state = %s, want %s", got.Status.State, a2a.TaskStateCanceled)
+			}
+		})
+	}
+}
+
+// The agent's A2A errors are *a2a.RPCError with the A2A 1.0 code, and
+// their text is a2ad's, not the agent's.
+func TestAgentErrorsAreRPCErrors(t *testing.T) {
+	for _, bnd := range bindings {
+		t.Run(bnd, func(t *testing.T) {
+			a := startAgent(t, bnd, agentOpts{})
+			b := bindingFor(t, a, Config{})
+			_, err := b.Send(t.Context(), "fraud", a2a.MethodGetTask, mustJSON(t, a2a.GetTaskRequest{ID: "no-such-task"}), "")
+			var re *a2a.RPCError
+			if !errors.As(err, &re) || re.Code != a2a.CodeTaskNotFound {
+				t.Fatalf("GetTask of an unknown task: %v, want RPCError %d", err, a2a.CodeTaskNotFound)
+			}
+			if strings.Contains(err.Error(), "no-such-task") {
+				t.Errorf("error quotes the request back: %q", err)
+			}
+			id := briefAndWait(t, b, "T2", sdk.TaskStateInputRequired)
+			if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, answerParams(t, "T2", id), ""); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, b, id, sdk.TaskStateCompleted)
+			_, err = b.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id}), "")
+			if !a2a.IsCode(err, a2a.CodeTaskNotCancelable) {
+				t.Fatalf("CancelTask of a completed task: %v, want RPCError %d", err, a2a.CodeTaskNotCancelable)
+			}
+		})
+	}
+}
+
+// Nothing listening: the request provably never reached an agent.
+func TestConnectionRefusedIsUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	b := New(Config{Lookup: func(string) (Target, error) {
+		return Target{AgentID: "fraud", Binding: "JSONRPC", URL: "http://" + addr + "/"}, nil
+	}})
+	_, err = b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	if !errors.Is(err, a2a.ErrAgentUnreachable) {
+		t.Fatalf("err = %v, want ErrAgentUnreachable", err)
+	}
+}
+
+// An unresolvable host name: not sent either.
+func TestDNSFailureIsUnreachable(t *testing.T) {
+	b := New(Config{Lookup: func(string) (Target, error) {
+		return Target{AgentID: "fraud", Binding: "JSONRPC", URL: "https://no-such-host.invalid/a2a"}, nil
+	}})
+	_, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	if !errors.Is(err, a2a.ErrAgentUnreachable) {
+		t.Fatalf("err = %v, want ErrAgentUnreachable", err)
+	}
+}
+
+// A request written whose answer never comes: the outcome is unknown
+// (none of the three classes), so the broker reconciles before resending.
+func TestTimeoutAfterWriteIsUnknown(t *testing.T) {
+	release := make(chan struct{})
+	a := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+	}})
+	defer close(release)
+	b := bindingFor(t, a, Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := b.Send(ctx, "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	var re *a2a.RPCError
+	if err == nil || errors.Is(err, a2a.ErrAgentUnreachable) || errors.Is(err, a2a.ErrDecode) || errors.As(err, &re) {
+		t.Fatalf("err = %v, want an unknown outcome", err)
+	}
+}
+
+// https to a real a2a-go agent works with its CA; an agent offering only
+// TLS 1.1 fails the handshake before anything is sent.
+func TestTLS(t *testing.T) {
+	a := startAgent(t, "JSONRPC", agentOpts{tls: true})
+	b := bindingFor(t, a, Config{})
+	res, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustTaskReply(t, res)
+
+	old := httptest.NewUnstartedServer(http.NotFoundHandler())
+	old.TLS = &tls11
+	old.StartTLS()
+	defer old.Close()
+	b = New(Config{RootCAs: certPool(old), Lookup: func(string) (Target, error) {
+		return Target{AgentID: "fraud", Binding: "JSONRPC", URL: old.URL + "/"}, nil
+	}})
+	_, err = b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	if !errors.Is(err, a2a.ErrAgentUnreachable) {
+		t.Fatalf("TLS 1.1 agent: err = %v, want ErrAgentUnreachable", err)
+	}
+}
+
+// Plain http is refused to anything but loopback, before any dial.
+func TestPlainHTTPOnlyToLoopback(t *testing.T) {
+	for url, ok := range map[string]bool{
+		"http://agents.example.com/a2a": false,
+		"http://10.1.2.3:8080/a2a":      false,
+		"http://[::ffff:10.0.0.1]/":     false,
+		"ftp://agents.example.com/":     false,
+		"https://u:p@agents.example/":   false,
+		"http://localhost:1/":           true,
+		"http://127.0.0.1:1/":           true,
+		"http://[::1]:1/":               true,
+		"https://agents.example.com/":   true,
+	} {
+		_, err := checkURL("fraud", url)
+		var ue *URLError
+		if ok != (err == nil) || (!ok && !errors.As(err, &ue)) {
+			t.Errorf("checkURL(%s) = %v, want allowed=%v", url, err, ok)
+		}
+	}
+	b := New(Config{Lookup: func(string) (Target, error) {
+		return Target{AgentID: "fraud", Binding: "JSONRPC", URL: "http://agents.example.com/a2a"}, nil
+	}})
+	_, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	var ue *URLError
+	if !errors.As(err, &ue) || !errors.Is(err, a2a.ErrAgentUnreachable) {
+		t.Fatalf("err = %v, want *URLError, not sent", err)
+	}
+	if want := "plain http is allowed only to a loopback address or localhost; want https"; ue.Reason != want {
+		t.Errorf("reason = %q, want %q", ue.Reason, want)
+	}
+}
+
+// A redirect is refused, not followed: its target never gets a request.
+func TestRedirectRefused(t *testing.T) {
+	target := startAgent(t, "JSONRPC", agentOpts{})
+	redirector := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+		return http.RedirectHandler(target.URL+"/", http.StatusTemporaryRedirect)
+	}})
+	b := bindingFor(t, redirector, Config{})
+	_, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	var re *RedirectError
+	if !errors.As(err, &re) || re.Status != http.StatusTemporaryRedirect {
+		t.Fatalf("err = %v, want *RedirectError 307", err)
+	}
+	if !a2a.IsCode(err, a2a.CodeInvalidAgentResponse) {
+		t.Errorf("err = %v, want the class RPCError %d (the agent took nothing)", err, a2a.CodeInvalidAgentResponse)
+	}
+	if n := len(target.requests()); n != 0 {
+		t.Errorf("redirect target got %d requests, want 0", n)
+	}
+}
+
+// A request to another origin than the interface's is refused before
+// dialing.
+func TestOtherOriginRefused(t *testing.T) {
+	other := startAgent(t, "JSONRPC", agentOpts{})
+	hc := newHTTPClient("fraud", "http://127.0.0.1:1", nil, Limits{}.withDefaults(), nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, other.URL+"/", strings.NewReader("{}"))
+	_, err := hc.Do(req)
+	var oe *OriginError
+	if !errors.As(err, &oe) || !errors.Is(err, a2a.ErrAgentUnreachable) {
+		t.Fatalf("err = %v, want *OriginError, not sent", err)
+	}
+	if oe.Want != "http://127.0.0.1:1" || oe.Got != origin(req.URL) {
+		t.Errorf("OriginError %+v", oe)
+	}
+	if n := len(other.requests()); n != 0 {
+		t.Errorf("other origin got %d requests, want 0", n)
+	}
+}
+
+// An answer larger than DefaultMaxResponseBytes is refused, never
+// truncated into a success, whether its length is declared or streamed.
+func TestResponseOverLimitRefused(t *testing.T) {
+	for _, chunked := range []bool{false, true} {
+		big := `{"jsonrpc":"2.0","id":"x","result":{"task":{"id":"t","status":{"state":"TASK_STATE_SUBMITTED"},"metadata":{"pad":"` +
+			strings.Repeat("a", DefaultMaxResponseBytes) + `"}}}}`
+		a := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if chunked {
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
+				}
+				_, _ = w.Write([]byte(big))
+			})
+		}})
+		b := bindingFor(t, a, Config{})
+		_, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+		var le *LimitError
+		if !errors.As(err, &le) || le.Limit != DefaultMaxResponseBytes || !errors.Is(err, a2a.ErrDecode) {
+			t.Fatalf("chunked=%v: err = %v, want *LimitError of %d bytes (ErrDecode)", chunked, err, DefaultMaxResponseBytes)
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// briefAndWait sends brief taskID and waits until the agent's task is in
+// state; it returns the agent's task id.
+func briefAndWait(t testing.TB, b *Binding, taskID string, state sdk.TaskState) string {
+	t.Helper()
+	res, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, taskID), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := mustTaskReply(t, res).ID
+	waitState(t, b, id, state)
+	return id
+}
+
+// waitState waits until the agent's task id is in state.
+func waitState(t testing.TB, b *Binding, id string, state sdk.TaskState) {
+	t.Helper()
+	c, _, err := b.Client(t.Context(), "fraud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := c.GetTask(t.Context(), &sdk.GetTaskRequest{ID: sdk.TaskID(id)})
+		if err == nil && got.Status.State == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent task %s not %s within 5 s: %v %v", id, state, got, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var tls11 = tls.Config{MaxVersion: tls.VersionTLS11}
+
+// bearerAuth is the Agents configuration of agent "fraud" with a bearer
+// token file holding tok.
+func bearerAuth(t testing.TB, tok string) map[string]AgentConfig {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]AgentConfig{"fraud": {Auth: Auth{BearerTokenFile: p}}}
+}
