@@ -92,6 +92,8 @@ type agentOpts struct {
 	noListTasks bool
 	// wrap, if set, wraps the whole handler.
 	wrap func(http.Handler) http.Handler
+	// connState, if set, sees the server's connections.
+	connState func(net.Conn, http.ConnState)
 	// hold, if set, keeps each new task submitted until it is closed.
 	hold <-chan struct{}
 }
@@ -163,6 +165,7 @@ func startAgent(t testing.TB, binding string, o agentOpts) *testAgent {
 		t.Fatal(err)
 	}
 	srv.Listener = l
+	srv.Config.ConnState = o.connState
 	if o.tls {
 		srv.StartTLS()
 	} else {

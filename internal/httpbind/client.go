@@ -178,11 +178,12 @@ type transport struct {
 	agentID string
 	origin  string
 	cred    credential
-	// keepAuth keeps the request's own Authorization (the token
-	// endpoint's client authentication, RFC 6749 §2.3.1).
-	keepAuth bool
-	limits   Limits
-	base     http.RoundTripper
+	// tokenEndpoint marks the client of an OAuth 2.0 token endpoint: the
+	// request's own Authorization (its client authentication, RFC 6749
+	// §2.3.1) stays, and its 401 is golang.org/x/oauth2's to read.
+	tokenEndpoint bool
+	limits        Limits
+	base          http.RoundTripper
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -192,7 +193,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	r := req.Clone(ctx)
-	if !t.keepAuth {
+	if !t.tokenEndpoint {
 		r.Header.Del("Authorization")
 	}
 	r.Header.Del("Proxy-Authorization")
@@ -222,11 +223,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.cred != nil {
 		kind = t.cred.kind()
 	}
-	switch resp.StatusCode {
-	case http.StatusUnauthorized:
+	switch {
+	case t.tokenEndpoint:
+	case resp.StatusCode == http.StatusUnauthorized:
 		_ = resp.Body.Close()
 		return nil, &AuthError{AgentID: t.agentID, Kind: kind, Status: resp.StatusCode, Reason: "Unauthorized"}
-	case http.StatusForbidden:
+	case resp.StatusCode == http.StatusForbidden:
 		_ = resp.Body.Close()
 		return nil, &AuthError{AgentID: t.agentID, Kind: kind, Status: resp.StatusCode, Reason: "Forbidden"}
 	}
@@ -284,7 +286,7 @@ func newTokenClient(agentID, tokenURL string, l Limits, rootCAs *x509.CertPool) 
 		return nil, err
 	}
 	c := newHTTPClient(agentID, origin(u), nil, l, rootCAs)
-	c.Transport.(*transport).keepAuth = true
+	c.Transport.(*transport).tokenEndpoint = true
 	return c, nil
 }
 

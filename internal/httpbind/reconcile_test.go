@@ -107,9 +107,7 @@ func TestReconcileAnswer(t *testing.T) {
 			if err != nil || got.Verdict != broker.Absent {
 				t.Fatalf("before the answer: %+v %v, want Absent", got, err)
 			}
-			if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, answerParams(t, "T1", id), ""); err != nil {
-				t.Fatal(err)
-			}
+			sendAnswer(t, b, "T1", id)
 			got, err = b.Reconcile(t.Context(), r, o)
 			if err != nil || got.Verdict != broker.Received {
 				t.Fatalf("after the answer: %+v %v, want Received", got, err)
@@ -118,12 +116,15 @@ func TestReconcileAnswer(t *testing.T) {
 				t.Errorf("Received task %s, want %s", at.ID, id)
 			}
 
-			id3 := briefAndWait(t, b, "T3", sdk.TaskStateInputRequired)
-			if _, err := b.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id3}), ""); err != nil {
+			hold := make(chan struct{})
+			defer close(hold)
+			b3 := bindingFor(t, startAgent(t, bnd, agentOpts{hold: hold}), Config{})
+			id3 := briefAndWait(t, b3, "T3", sdk.TaskStateSubmitted)
+			if _, err := b3.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id3}), ""); err != nil {
 				t.Fatal(err)
 			}
 			r3 := &task.Record{ID: "T3", AgentID: "fraud", ContextID: "a2ad-T3", AgentTaskID: id3}
-			got, err = b.Reconcile(t.Context(), r3, task.Outbound{Method: a2a.MethodSendMessage, MessageID: "T3-m2"})
+			got, err = b3.Reconcile(t.Context(), r3, task.Outbound{Method: a2a.MethodSendMessage, MessageID: "T3-m2"})
 			if err != nil || got.Verdict != broker.Received {
 				t.Fatalf("task moved on: %+v %v, want Received", got, err)
 			}

@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,13 +98,15 @@ func TestSameMessageIDTwiceIsTwoTasks(t *testing.T) {
 }
 
 // GetTask and CancelTask return a Task internal/a2a decodes; CancelTask
-// of the input-required task cancels it.
+// of the task the agent is working on cancels it.
 func TestGetTaskAndCancelTask(t *testing.T) {
 	for _, bnd := range bindings {
 		t.Run(bnd, func(t *testing.T) {
-			a := startAgent(t, bnd, agentOpts{})
+			hold := make(chan struct{})
+			defer close(hold)
+			a := startAgent(t, bnd, agentOpts{hold: hold})
 			b := bindingFor(t, a, Config{})
-			id := briefAndWait(t, b, "T1", sdk.TaskStateInputRequired)
+			id := briefAndWait(t, b, "T1", sdk.TaskStateSubmitted)
 			res, err := b.Send(t.Context(), "fraud", a2a.MethodGetTask, mustJSON(t, a2a.GetTaskRequest{ID: id}), "")
 			if err != nil {
 				t.Fatal(err)
@@ -111,8 +115,8 @@ func TestGetTaskAndCancelTask(t *testing.T) {
 			if err != nil {
 				t.Fatalf("GetTask result %s: %v", res, err)
 			}
-			if got.ID != id || got.Status.State != a2a.TaskStateInputRequired {
-				t.Errorf("GetTask = %s %s, want %s %s", got.ID, got.Status.State, id, a2a.TaskStateInputRequired)
+			if got.ID != id || got.Status.State != a2a.TaskStateSubmitted {
+				t.Errorf("GetTask = %s %s, want %s %s", got.ID, got.Status.State, id, a2a.TaskStateSubmitted)
 			}
 			res, err = b.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id}), "")
 			if err != nil {
@@ -145,9 +149,7 @@ func TestAgentErrorsAreRPCErrors(t *testing.T) {
 				t.Errorf("error quotes the request back: %q", err)
 			}
 			id := briefAndWait(t, b, "T2", sdk.TaskStateInputRequired)
-			if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, answerParams(t, "T2", id), ""); err != nil {
-				t.Fatal(err)
-			}
+			sendAnswer(t, b, "T2", id)
 			waitState(t, b, id, sdk.TaskStateCompleted)
 			_, err = b.Send(t.Context(), "fraud", a2a.MethodCancelTask, mustJSON(t, a2a.CancelTaskRequest{ID: id}), "")
 			if !a2a.IsCode(err, a2a.CodeTaskNotCancelable) {
@@ -381,4 +383,50 @@ func bearerAuth(t testing.TB, tok string) map[string]AgentConfig {
 		t.Fatal(err)
 	}
 	return map[string]AgentConfig{"fraud": {Auth: Auth{BearerTokenFile: p}}}
+}
+
+// Calls reuse one connection to the agent rather than opening one per
+// call (a2ad's body limit keeps net/http's end-of-body signal intact).
+func TestConnectionReused(t *testing.T) {
+	var conns atomic.Int32
+	a := startAgent(t, "JSONRPC", agentOpts{connState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}})
+	b := bindingFor(t, a, Config{})
+	for i := range 5 {
+		if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, fmt.Sprint("T", i)), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("5 calls opened %d connections, want 1", n)
+	}
+}
+
+// sendAnswer sends the answer of task taskID to the agent's task id.
+func sendAnswer(t testing.TB, b *Binding, taskID, id string) {
+	t.Helper()
+	sendSettled(t, b, a2a.MethodSendMessage, answerParams(t, taskID, id))
+}
+
+// sendSettled sends method to the agent and returns its result. An
+// a2a-go agent refuses a message or a cancellation (-32603, "task
+// execution is already in progress") while the execution that asked is
+// still winding down after its input-required event: retried for up to
+// 5 s.
+func sendSettled(t testing.TB, b *Binding, method string, params json.RawMessage) json.RawMessage {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := b.Send(t.Context(), "fraud", method, params, "")
+		if err == nil {
+			return res
+		}
+		if !a2a.IsCode(err, a2a.CodeInternalError) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
