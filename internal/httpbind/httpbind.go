@@ -104,6 +104,7 @@ type Binding struct {
 type agentClient struct {
 	target Target
 	client *a2aclient.Client
+	http   *http.Client
 }
 
 // New returns a Binding.
@@ -139,33 +140,34 @@ func (b *Binding) Client(ctx context.Context, agentID string) (*a2aclient.Client
 	if c, ok := b.clients[agentID]; ok && c.target == t {
 		return c.client, t, nil
 	}
-	c, err := b.build(ctx, t)
+	c, hc, err := b.build(ctx, t)
 	if err != nil {
 		return nil, Target{}, err
 	}
 	if old, ok := b.clients[agentID]; ok {
 		_ = old.client.Destroy()
+		old.http.CloseIdleConnections()
 	}
-	b.clients[agentID] = &agentClient{target: t, client: c}
+	b.clients[agentID] = &agentClient{target: t, client: c, http: hc}
 	return c, t, nil
 }
 
 // build makes the hardened a2a-go client of target t.
-func (b *Binding) build(ctx context.Context, t Target) (*a2aclient.Client, error) {
+func (b *Binding) build(ctx context.Context, t Target) (*a2aclient.Client, *http.Client, error) {
 	u, err := checkURL(t.AgentID, t.URL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	auth := b.cfg.Agents[t.AgentID].Auth
 	var tokenClient *http.Client
 	if auth.OAuth2 != nil {
 		if tokenClient, err = newTokenClient(t.AgentID, auth.OAuth2.TokenURL, b.cfg.Limits, b.cfg.RootCAs); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cred, err := newCredential(t.AgentID, auth, tokenClient)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hc := newHTTPClient(t.AgentID, origin(u), cred, b.cfg.Limits, b.cfg.RootCAs)
 	var opt a2aclient.FactoryOption
@@ -175,12 +177,12 @@ func (b *Binding) build(ctx context.Context, t Target) (*a2aclient.Client, error
 	case string(a2a.TransportProtocolHTTPJSON):
 		opt = a2aclient.WithRESTTransport(hc)
 	default:
-		return nil, fmt.Errorf("%w: agent %s: binding %q is neither JSONRPC nor HTTP+JSON", ErrNotHTTP, t.AgentID, t.Binding)
+		return nil, nil, fmt.Errorf("%w: agent %s: binding %q is neither JSONRPC nor HTTP+JSON", ErrNotHTTP, t.AgentID, t.Binding)
 	}
 	iface := &a2a.AgentInterface{URL: t.URL, ProtocolBinding: a2a.TransportProtocol(t.Binding), ProtocolVersion: a2a.Version, Tenant: t.Tenant}
 	c, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{iface}, a2aclient.WithDefaultsDisabled(), opt)
 	if err != nil {
-		return nil, fmt.Errorf("httpbind: agent %s: no a2a-go client for its interface", t.AgentID)
+		return nil, nil, fmt.Errorf("httpbind: agent %s: no a2a-go client for its interface", t.AgentID)
 	}
-	return c, nil
+	return c, hc, nil
 }

@@ -30,9 +30,13 @@ func TestReconcileBrief(t *testing.T) {
 			sent := mustTaskReply(t, res) // the reply a2ad "lost"
 
 			r, o := briefRecord("T1")
+			r.TraceParent = traceparent
 			got, err := b.Reconcile(t.Context(), r, o)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if reqs := a.requests(); reqs[len(reqs)-1].RPC != "ListTasks" || reqs[len(reqs)-1].Header.Get("traceparent") != traceparent {
+				t.Errorf("reconciliation's request %+v, want ListTasks with the task's traceparent", reqs[len(reqs)-1])
 			}
 			if got.Verdict != broker.Received {
 				t.Fatalf("verdict = %v (%s), want Received", got.Verdict, got.Reason)

@@ -430,3 +430,91 @@ func sendSettled(t testing.TB, b *Binding, method string, params json.RawMessage
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// An HTTP answer without an A2A error: 404/405/501 are "no such
+// method" and other 4xx (but 408, 429) "invalid request" — the agent
+// took nothing; 408, 429 and 5xx leave the outcome unknown.
+func TestHTTPStatusClasses(t *testing.T) {
+	for _, bnd := range bindings {
+		for status, code := range map[int]int{404: a2a.CodeMethodNotFound, 405: a2a.CodeMethodNotFound, 501: a2a.CodeMethodNotFound,
+			400: a2a.CodeInvalidRequest, 413: a2a.CodeInvalidRequest, 429: 0, 408: 0, 500: 0, 503: 0} {
+			a := startAgent(t, bnd, agentOpts{wrap: func(http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					http.Error(w, "agent-text", status)
+				})
+			}})
+			_, err := bindingFor(t, a, Config{}).Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+			var re *a2a.RPCError
+			switch {
+			case code != 0 && !a2a.IsCode(err, code):
+				t.Errorf("%s HTTP %d: err = %v, want RPCError %d", bnd, status, err, code)
+			case code == 0 && (err == nil || errors.As(err, &re) || errors.Is(err, a2a.ErrAgentUnreachable) || errors.Is(err, a2a.ErrDecode)):
+				t.Errorf("%s HTTP %d: err = %v, want an unknown outcome", bnd, status, err)
+			case err != nil && strings.Contains(err.Error(), "agent-text"):
+				t.Errorf("%s HTTP %d: error %q quotes the agent", bnd, status, err)
+			}
+		}
+	}
+}
+
+// What a2a-go decodes is re-encoded as the A2A 1.0 JSON internal/a2a
+// reads, content intact: artifacts' text, data, raw and url parts, the
+// status message, timestamps, metadata; a message result too.
+func TestResultContentPreserved(t *testing.T) {
+	const taskBody = `{"jsonrpc":"2.0","id":"1","result":{"task":{"id":"t1","contextId":"a2ad-T1",
+		"status":{"state":"TASK_STATE_WORKING","timestamp":"2026-12-02T06:00:00Z","message":{"messageId":"s1","role":"ROLE_AGENT","parts":[{"text":"checking"}]}},
+		"artifacts":[{"artifactId":"a1","name":"verdict","parts":[
+			{"data":{"fraud":false,"score":0.25},"mediaType":"application/json"},
+			{"text":"looks fine"},
+			{"raw":"aGVsbG8=","mediaType":"application/octet-stream","filename":"h.bin"},
+			{"url":"https://files.example/r.pdf","mediaType":"application/pdf"}]}],
+		"metadata":{"k":"v"}}}}`
+	const msgBody = `{"jsonrpc":"2.0","id":"1","result":{"message":{"messageId":"m1","role":"ROLE_AGENT","parts":[{"text":"done"}]}}}`
+	for _, body := range []string{taskBody, msgBody} {
+		a := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(body))
+			})
+		}})
+		res, err := bindingFor(t, a, Config{}).Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a2a.DecodeSendMessageResponse(res)
+		if err != nil {
+			t.Fatalf("%s: %v", res, err)
+		}
+		if got.Message != nil {
+			if got.Message.MessageID != "m1" || got.Message.Role != a2a.RoleAgent || got.Message.Text() != "done" {
+				t.Errorf("message = %+v", got.Message)
+			}
+			continue
+		}
+		at := got.Task
+		if at.Status.State != a2a.TaskStateWorking || at.Status.Message.Text() != "checking" || at.Status.Timestamp == "" {
+			t.Errorf("status = %+v", at.Status)
+		}
+		if len(at.Artifacts) != 1 || len(at.Artifacts[0].Parts) != 4 {
+			t.Fatalf("artifacts = %+v", at.Artifacts)
+		}
+		p := at.Artifacts[0].Parts
+		var data map[string]any
+		_ = json.Unmarshal(p[0].Data, &data)
+		if data["fraud"] != false || data["score"] != 0.25 || p[0].MediaType != "application/json" {
+			t.Errorf("data part = %s %s", p[0].Data, p[0].MediaType)
+		}
+		if p[1].Text == nil || *p[1].Text != "looks fine" {
+			t.Errorf("text part = %+v", p[1])
+		}
+		if string(p[2].Raw) != "hello" || p[2].Filename != "h.bin" {
+			t.Errorf("raw part = %+v", p[2])
+		}
+		if p[3].URL == nil || *p[3].URL != "https://files.example/r.pdf" {
+			t.Errorf("url part = %+v", p[3])
+		}
+		if string(at.Metadata) != `{"k":"v"}` {
+			t.Errorf("metadata = %s", at.Metadata)
+		}
+	}
+}
