@@ -61,6 +61,13 @@ const (
 // stalled for longer than that before storing its task, and ignored the
 // closed connection: ListTasks finds nothing, and the brief is sent a
 // second time. a2ad cannot close that window from outside the agent.
+//
+// ListTasks answers for the caller: a2a-go's task store lists only the
+// tasks of the authenticated user who created them. A credential that
+// names another principal than the one the brief was sent with (a
+// rotated token of a different user, another OAuth 2.0 client id) makes
+// the agent's task invisible, and the verdict Absent; rotate credentials
+// of the same principal.
 func (b *Binding) Reconcile(ctx context.Context, r *task.Record, o task.Outbound) (broker.Reconciled, error) {
 	c, t, err := b.Client(ctx, r.AgentID)
 	if err != nil {
