@@ -232,7 +232,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = resp.Body.Close()
 		return nil, &AuthError{AgentID: t.agentID, Kind: kind, Status: resp.StatusCode, Reason: "Forbidden"}
 	}
-	sse := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
+	// A stream's bound is per event, only for a request that asked for a
+	// stream: an RPC's answer labelled text/event-stream is still bounded
+	// as a whole (JSON whitespace has blank lines too).
+	sse := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream") &&
+		strings.Contains(strings.ToLower(r.Header.Get("Accept")), "text/event-stream")
 	lb := &limitedBody{rc: resp.Body, max: t.limits.MaxResponseBytes, call: ci,
 		err: &LimitError{AgentID: t.agentID, What: "response body", Limit: t.limits.MaxResponseBytes}}
 	if sse {

@@ -70,3 +70,25 @@ func TestStreamEventLimit(t *testing.T) {
 		})
 	}
 }
+
+// An RPC's answer labelled text/event-stream is bounded as a whole, not
+// per event: blank lines between JSON members do not reset the count.
+func TestRPCAnswerLabelledAsStreamBoundedWhole(t *testing.T) {
+	a := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":"1",`))
+			member := []byte(strings.Repeat(" ", 1000) + "\n\n")
+			for i := 0; i < (DefaultMaxResponseBytes/len(member))+10; i++ {
+				if _, err := w.Write(member); err != nil {
+					return
+				}
+			}
+		})
+	}})
+	_, err := bindingFor(t, a, Config{}).Send(t.Context(), "fraud", a2a.MethodGetTask, []byte(`{"id":"t1"}`), "")
+	var le *LimitError
+	if !errors.As(err, &le) || le.What != "response body" || le.Limit != DefaultMaxResponseBytes {
+		t.Fatalf("err = %v, want a response body *LimitError", err)
+	}
+}
