@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -516,5 +517,31 @@ func TestResultContentPreserved(t *testing.T) {
 		if string(at.Metadata) != `{"k":"v"}` {
 			t.Errorf("metadata = %s", at.Metadata)
 		}
+	}
+}
+
+// A target that changes (a re-approved card with another URL) gets a new
+// client: requests go to the new origin only.
+func TestClientRebuiltWhenTargetChanges(t *testing.T) {
+	a1 := startAgent(t, "JSONRPC", agentOpts{})
+	a2 := startAgent(t, "HTTP+JSON", agentOpts{})
+	var mu sync.Mutex
+	tgt := Target{AgentID: "fraud", Binding: "JSONRPC", URL: a1.URL}
+	b := New(Config{Lookup: func(string) (Target, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return tgt, nil
+	}})
+	if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), ""); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	tgt = Target{AgentID: "fraud", Binding: "HTTP+JSON", URL: a2.URL + "/"}
+	mu.Unlock()
+	if _, err := b.Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T2"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if n1, n2 := a1.count("SendMessage"), a2.count("SendMessage"); n1 != 1 || n2 != 1 {
+		t.Errorf("SendMessage at the old and new URL = %d, %d; want 1, 1", n1, n2)
 	}
 }
