@@ -178,6 +178,8 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 		return &a2a.RPCError{Code: code, Message: a2a.CodeName(code)}
 	}
 	switch {
+	case status == 0:
+		return fmt.Errorf("httpbind: agent %s: %s sent, but no answer came (timeout or connection lost): outcome unknown", agentID, method)
 	case status == http.StatusNotFound, status == http.StatusMethodNotAllowed, status == http.StatusNotImplemented:
 		return &a2a.RPCError{Code: a2a.CodeMethodNotFound, Message: fmt.Sprintf("HTTP %d", status)}
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:

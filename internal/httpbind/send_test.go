@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -208,6 +209,9 @@ func TestTimeoutAfterWriteIsUnknown(t *testing.T) {
 	var re *a2a.RPCError
 	if err == nil || errors.Is(err, a2a.ErrAgentUnreachable) || errors.Is(err, a2a.ErrDecode) || errors.As(err, &re) {
 		t.Fatalf("err = %v, want an unknown outcome", err)
+	}
+	if want := "httpbind: agent fraud: SendMessage sent, but no answer came (timeout or connection lost): outcome unknown"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
 	}
 }
 
@@ -543,5 +547,24 @@ func TestClientRebuiltWhenTargetChanges(t *testing.T) {
 	}
 	if n1, n2 := a1.count("SendMessage"), a2.count("SendMessage"); n1 != 1 || n2 != 1 {
 		t.Errorf("SendMessage at the old and new URL = %d, %d; want 1, 1", n1, n2)
+	}
+}
+
+// The agent reads the request, then drops the connection: sent, outcome
+// unknown (the agent may have created a task).
+func TestResetAfterWriteIsUnknown(t *testing.T) {
+	a := startAgent(t, "JSONRPC", agentOpts{wrap: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		})
+	}})
+	_, err := bindingFor(t, a, Config{}).Send(t.Context(), "fraud", a2a.MethodSendMessage, briefParams(t, "T1"), "")
+	var re *a2a.RPCError
+	if err == nil || errors.Is(err, a2a.ErrAgentUnreachable) || errors.Is(err, a2a.ErrDecode) || errors.As(err, &re) {
+		t.Fatalf("err = %v, want an unknown outcome", err)
 	}
 }
