@@ -15,9 +15,11 @@ package httpbind
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -55,7 +57,12 @@ type Config struct {
 	Lookup Lookup
 	// Agents is each HTTP agent's own configuration, by agent id.
 	Agents map[string]AgentConfig
-	Log    *slog.Logger
+	// Limits bound responses and waits (zero fields: the Default* values).
+	Limits Limits
+	// RootCAs verifies agents' and token endpoints' TLS certificates
+	// (nil: the system's roots).
+	RootCAs *x509.CertPool
+	Log     *slog.Logger
 }
 
 // AgentConfig is one agent's configuration for the HTTP binding: the
@@ -97,6 +104,7 @@ type Binding struct {
 type agentClient struct {
 	target Target
 	client *a2aclient.Client
+	http   *http.Client
 }
 
 // New returns a Binding.
@@ -104,11 +112,24 @@ func New(cfg Config) *Binding {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	return &Binding{cfg: cfg, clients: map[string]*agentClient{}}
 }
 
 // Client returns the a2a-go client for agentID and the target it was
-// built for. Errors: wrapping [ErrNotHTTP].
+// built for. The client's *http.Client is a2ad's (newHTTPClient): TLS 1.2
+// at least, https only (plain http only to loopback), every request to
+// the interface URL's origin and no other, no redirects followed, bodies
+// and stream events bounded by [Limits], a2ad's own Authorization
+// ([Auth]) and never another, User-Agent "a2ad", A2A-Version 1.0 (set by
+// a2a-go), and traceparent when the call's context has one
+// ([WithTraceparent]).
+//
+// Errors: wrapping [ErrNotHTTP]; a *[URLError] (the target's URL is not
+// one a2ad sends to); an error naming the agent's auth key when its
+// configuration is invalid; an *[AuthError] when a credential file cannot
+// be read. The last two wrap a2a.ErrAgentUnreachable where nothing could
+// be sent.
 func (b *Binding) Client(ctx context.Context, agentID string) (*a2aclient.Client, Target, error) {
 	t, err := b.cfg.Lookup(agentID)
 	if err != nil {
@@ -119,14 +140,49 @@ func (b *Binding) Client(ctx context.Context, agentID string) (*a2aclient.Client
 	if c, ok := b.clients[agentID]; ok && c.target == t {
 		return c.client, t, nil
 	}
-	iface := &a2a.AgentInterface{URL: t.URL, ProtocolBinding: a2a.TransportProtocol(t.Binding), ProtocolVersion: a2a.Version, Tenant: t.Tenant}
-	c, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{iface})
+	c, hc, err := b.build(ctx, t)
 	if err != nil {
-		return nil, Target{}, fmt.Errorf("httpbind: agent %s: %w", agentID, err)
+		return nil, Target{}, err
 	}
 	if old, ok := b.clients[agentID]; ok {
 		_ = old.client.Destroy()
+		old.http.CloseIdleConnections()
 	}
-	b.clients[agentID] = &agentClient{target: t, client: c}
+	b.clients[agentID] = &agentClient{target: t, client: c, http: hc}
 	return c, t, nil
+}
+
+// build makes the hardened a2a-go client of target t.
+func (b *Binding) build(ctx context.Context, t Target) (*a2aclient.Client, *http.Client, error) {
+	u, err := checkURL(t.AgentID, t.URL)
+	if err != nil {
+		return nil, nil, err
+	}
+	auth := b.cfg.Agents[t.AgentID].Auth
+	var tokenClient *http.Client
+	if auth.OAuth2 != nil {
+		if tokenClient, err = newTokenClient(t.AgentID, auth.OAuth2.TokenURL, b.cfg.Limits, b.cfg.RootCAs); err != nil {
+			return nil, nil, err
+		}
+	}
+	cred, err := newCredential(t.AgentID, auth, tokenClient)
+	if err != nil {
+		return nil, nil, err
+	}
+	hc := newHTTPClient(t.AgentID, origin(u), cred, b.cfg.Limits, b.cfg.RootCAs)
+	var opt a2aclient.FactoryOption
+	switch t.Binding {
+	case string(a2a.TransportProtocolJSONRPC):
+		opt = a2aclient.WithJSONRPCTransport(hc)
+	case string(a2a.TransportProtocolHTTPJSON):
+		opt = a2aclient.WithRESTTransport(hc)
+	default:
+		return nil, nil, fmt.Errorf("%w: agent %s: binding %q is neither JSONRPC nor HTTP+JSON", ErrNotHTTP, t.AgentID, t.Binding)
+	}
+	iface := &a2a.AgentInterface{URL: t.URL, ProtocolBinding: a2a.TransportProtocol(t.Binding), ProtocolVersion: a2a.Version, Tenant: t.Tenant}
+	c, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{iface}, a2aclient.WithDefaultsDisabled(), opt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("httpbind: agent %s: no a2a-go client for its interface", t.AgentID)
+	}
+	return c, hc, nil
 }
