@@ -140,6 +140,12 @@ var sdkCodes = []struct {
 	{sdk.ErrServerError, -32000},
 }
 
+// ErrAgentInternalError is wrapped by the error of a request the agent
+// answered with an A2A internal or server error (-32603, -32000): the
+// outcome is unknown, so the broker retries it (and reconciles a
+// SendMessage first) rather than taking it as refused.
+var ErrAgentInternalError = errors.New("the agent reported an internal error")
+
 // classify turns an a2a-go call's error into the broker's classes
 // (broker.Binding), never keeping the SDK's text (it quotes the agent).
 func classify(agentID, method string, ci *callInfo, err error) error {
@@ -174,6 +180,13 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 				code = m.code
 				break
 			}
+		}
+		if code == a2a.CodeInternalError || code == -32000 {
+			// The agent failed while handling the request: it may have
+			// taken it (a task created, then an error). a2a-go agents also
+			// answer so to a message or cancellation that comes while the
+			// execution that asked is winding down. Retried, reconciled first.
+			return fmt.Errorf("httpbind: agent %s: %s answered %s: outcome unknown: %w", agentID, method, a2a.CodeName(code), ErrAgentInternalError)
 		}
 		return &a2a.RPCError{Code: code, Message: a2a.CodeName(code)}
 	}

@@ -429,7 +429,7 @@ func sendSettled(t testing.TB, b *Binding, method string, params json.RawMessage
 		if err == nil {
 			return res
 		}
-		if !a2a.IsCode(err, a2a.CodeInternalError) || time.Now().After(deadline) {
+		if !errors.Is(err, ErrAgentInternalError) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
