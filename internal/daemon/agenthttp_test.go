@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,5 +107,15 @@ func TestLoadConfigHTTPAgent(t *testing.T) {
 		strings.Join(a.AllowedOrigins, ",") != "https://rpc2.vendor.example:8443,http://127.0.0.1:9000" ||
 		a.HTTP.Auth.BearerTokenFile != token || a.HTTP.Auth.OAuth2 != nil {
 		t.Errorf("agent = bindings %q allowed_origins %q http %+v", a.Bindings, a.AllowedOrigins, a.HTTP)
+	}
+}
+
+// A configuration built in code is checked at start the same way.
+func TestStartRefusesBadHTTPBindingKeys(t *testing.T) {
+	_, err := daemon.Start(t.Context(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1",
+		Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "a", Tenants: []string{"default"}, Bindings: []string{"GRPC"}}}}},
+		slog.New(slog.DiscardHandler), false)
+	if want := `config: agents[a].bindings[0]: want JSONRPC or HTTP+JSON, got "GRPC"`; err == nil || err.Error() != want {
+		t.Errorf("Start = %v, want %s", err, want)
 	}
 }
