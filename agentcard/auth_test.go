@@ -121,3 +121,23 @@ func TestRegistryShowsAuthMismatch(t *testing.T) {
 		t.Errorf("NATS agent with an apiKey requirement = %s binding %q auth warnings %q", summary(rec), rec.Binding, rec.AuthWarnings)
 	}
 }
+
+// The official Go SDK (a2a-go v2.4.0) writes a requirement's scopes as a
+// bare array, not a2a.proto's {"list": [...]}: the card is accepted, with
+// a note at the scopes, and its requirement is weighed as any other.
+func TestRequirementScopesAsABareArray(t *testing.T) {
+	card, notes, err := Check(securityCard(t, cardOAuth, `[{"schemes":{"oauth":["a2a.invoke"]}}]`))
+	if err != nil {
+		t.Fatalf("Check = %v, want the card accepted", err)
+	}
+	if !slices.Contains(notes, Note{"/securityRequirements/0/schemes/oauth", scopesShapeNote}) {
+		t.Errorf("notes %q, want the scopes' shape noted", notes)
+	}
+	if w, _ := AuthFindings(card, AuthNone); len(w) != 1 {
+		t.Errorf("AuthFindings with nothing configured = %q, want one warning", w)
+	}
+	if _, _, err := Check(securityCard(t, cardOAuth, `[{"schemes":{"oauth":["a2a.invoke", 7]}}]`)); err == nil ||
+		!strings.Contains(err.Error(), "/securityRequirements/0/schemes/oauth/1") {
+		t.Errorf("Check of a scope that is not a string = %v, want a fault at it", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 	"github.com/a2ad/a2ad"
 	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/internal/httpbind"
 	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -94,5 +98,70 @@ func TestAgentsListShowsTheBinding(t *testing.T) {
 	if movie.ID != "movie-agent" || !movie.Delegable || movie.Binding == nil || *movie.Binding != "JSONRPC" ||
 		movie.BindingURL == nil || *movie.BindingURL != srv.URL+"/a2a/jsonrpc" {
 		t.Errorf("the HTTP agent: %s; want binding JSONRPC at %s/a2a/jsonrpc", b, srv.URL)
+	}
+}
+
+// A card as the official Go SDK serves it (a2asrv's card handler, a2a-go
+// types), with an OAuth 2.0 client-credentials requirement: fetched, it
+// is delegable over the binding the operator prefers; without http.auth
+// the agent carries the auth warning, with http.auth.oauth2 it does not.
+func TestSDKServedCardIsDelegableOverThePreferredBinding(t *testing.T) {
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	card := &a2a.AgentCard{
+		Name: "Fraud review", Description: "Scores refund requests.", Version: "1.0.0",
+		SupportedInterfaces: []*a2a.AgentInterface{
+			a2a.NewAgentInterface(srv.URL+"/a2a/jsonrpc", a2a.TransportProtocolJSONRPC),
+			a2a.NewAgentInterface(srv.URL+"/a2a/grpc", a2a.TransportProtocolGRPC),
+			a2a.NewAgentInterface(srv.URL+"/a2a/rest", a2a.TransportProtocolHTTPJSON),
+		},
+		Capabilities:       a2a.AgentCapabilities{Streaming: true},
+		DefaultInputModes:  []string{"application/json"},
+		DefaultOutputModes: []string{"application/json"},
+		Skills:             []a2a.AgentSkill{{ID: "assess_refund_risk", Name: "Assess refund risk", Description: "Scores one refund.", Tags: []string{"fraud"}}},
+		SecuritySchemes: a2a.NamedSecuritySchemes{"vendor": a2a.OAuth2SecurityScheme{
+			Flows: a2a.ClientCredentialsOAuthFlow{TokenURL: "https://auth.vendor.example/token", Scopes: map[string]string{"a2a.invoke": "delegate"}}}},
+		SecurityRequirements: a2a.SecurityRequirementsOptions{{"vendor": {"a2a.invoke"}}},
+	}
+	mux.Handle(agentcard.WellKnownPath, a2asrv.NewStaticAgentCardHandler(card))
+	secret := filepath.Join(t.TempDir(), "client-secret")
+	_ = os.WriteFile(secret, []byte("s3cret\n"), 0o600)
+
+	for _, tt := range []struct {
+		name     string
+		auth     httpbind.Auth
+		warnings int
+	}{
+		{"no http.auth", httpbind.Auth{}, 1},
+		{"http.auth.oauth2", httpbind.Auth{OAuth2: &httpbind.OAuth2{TokenURL: "https://auth.vendor.example/token", ClientID: "a2ad", ClientSecretFile: secret}}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1",
+				Agents: []daemon.AgentConfig{{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"},
+					TrustOnFirstUse: true, CardURL: srv.URL, Bindings: []string{agentcard.BindingHTTPJSON, agentcard.BindingJSONRPC}},
+					HTTP: httpbind.AgentConfig{Auth: tt.auth}}}}, slog.New(slog.DiscardHandler), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Stop()
+			var rec *agentcard.Record
+			for deadline := time.Now().Add(10 * time.Second); rec == nil || len(rec.Card) == 0; time.Sleep(20 * time.Millisecond) {
+				if rec, err = d.Service.Agents.Get(t.Context(), "fraud-review"); time.Now().After(deadline) {
+					t.Fatalf("the fetched card was not registered: %v, last refusal %+v", err, rec.LastRefusal)
+				}
+			}
+			if !rec.Delegable || rec.Binding != agentcard.BindingHTTPJSON || rec.Interface.URL != srv.URL+"/a2a/rest" || len(rec.AuthWarnings) != tt.warnings {
+				t.Errorf("record: delegable %v %q binding %q %+v auth warnings %q", rec.Delegable, rec.NotDelegableReason, rec.Binding, rec.Interface, rec.AuthWarnings)
+			}
+			if tt.warnings > 0 && rec.AuthWarnings[0].Reason != "a2ad cannot authenticate as the card requires: no http.auth is configured, and no alternative of securityRequirements is met (/securitySchemes/vendor needs OAuth 2.0 client credentials (http.auth.oauth2))" {
+				t.Errorf("auth warning %q", rec.AuthWarnings[0].Reason)
+			}
+			target, err := d.Service.Agents.HTTPTarget(t.Context(), "fraud-review")
+			if err != nil || target.Binding != agentcard.BindingHTTPJSON || target.CardOrigin != srv.URL ||
+				target.Capabilities.Streaming == nil || !*target.Capabilities.Streaming {
+				t.Errorf("HTTPTarget = %+v, %v", target, err)
+			}
+		})
 	}
 }
