@@ -845,7 +845,7 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 // ForDelegation returns the record and parsed card of an agent tenant may
 // delegate to, with the requested skill present. Errors: ErrAgentNotFound if
 // tenant cannot see the agent; *[NotDelegableError] if it is visible but not
-// delegable (quarantined, or no NATS interface); an error wrapping
+// delegable (quarantined, or no interface a2ad delegates over: [SelectInterface]); an error wrapping
 // [ErrSkillNotFound] if the card lacks skillID. The card is shared with
 // later calls: do not modify it.
 //
