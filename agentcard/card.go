@@ -418,10 +418,12 @@ func truncate(s string, n int) string {
 }
 
 // DelegationFault says why a2ad could not delegate to the card's agent,
-// registered as agentID, over its interfaces, or "" when it could: the card
-// needs a [NATSInterface] (docs/nats-binding.md §3.3). An interface naming
-// another agent is one of [AgentNotes], not a fault. It is the card's part of
-// [Record].NotDelegableReason.
+// registered as agentID, over its NATS binding, or "" when it could: the
+// card needs a [NATSInterface] (docs/nats-binding.md §3.3). An interface
+// naming another agent is one of [AgentNotes], not a fault. A registry
+// decides with [SelectInterface], which also weighs HTTP interfaces against
+// the card's origin and the agent's configuration, neither of which the
+// card alone tells (`a2ad agents check-card` reads a file).
 func DelegationFault(agentID string, c *Card) string {
 	return natsFault(agentID, c.SupportedInterfaces)
 }

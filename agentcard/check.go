@@ -558,7 +558,9 @@ func (k *checker) scheme(ptr string, raw json.RawMessage) {
 
 // requirements checks a securityRequirements list (a2a.proto
 // SecurityRequirement): each {"schemes": {name: {"list": [scope…]}}},
-// naming only schemes the card declares in securitySchemes.
+// naming only schemes the card declares in securitySchemes. Scopes as a
+// bare array ({name: [scope…]}), as a2a-go v2.4.0 writes them, are read
+// too, with a note.
 func (k *checker) requirements(ptr string, reqs []json.RawMessage, declared map[string]bool) {
 	for i, raw := range reqs {
 		p := ptr + "/" + strconv.Itoa(i)
@@ -578,12 +580,23 @@ func (k *checker) requirements(ptr string, reqs []json.RawMessage, declared map[
 						continue
 					}
 					var scopes []string
+					if v := bytes.TrimLeft(schemes[name], " \t\r\n"); len(v) > 0 && v[0] == '[' {
+						// The official Go SDK (a2a-go v2.4.0) writes the
+						// scopes as a bare array: usable, not the 1.0 shape.
+						list(&scopes, strItem)(k, sp, schemes[name])
+						k.note(sp, scopesShapeNote)
+						continue
+					}
 					k.object(sp, schemes[name], map[string]cfield{"list": list(&scopes, strItem)})
 				}
 			},
 		})
 	}
 }
+
+// scopesShapeNote is the note of a requirement's scopes given as a bare
+// array.
+const scopesShapeNote = "scopes as a bare array, as a2a-go v2.4.0 writes them; A2A 1.0 (a2a.proto StringList) wraps them in {\"list\": [...]}: read all the same"
 
 // webURL says why s is not an absolute http(s) URL with a host and no user
 // info, or "" when it is one.

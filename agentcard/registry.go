@@ -74,6 +74,22 @@ type AgentConfig struct {
 	// "evidence_schemas"), for [ConfiguredSkillNotes]; not a YAML key of
 	// its own.
 	ConfiguredSkills map[string][]string `yaml:"-"`
+	// Bindings is the operator's order of the HTTP bindings a2ad may
+	// delegate over to this agent, each "JSONRPC" or "HTTP+JSON" (A2A 1.0
+	// §5.5); an HTTP interface of a binding not listed is not used. Empty:
+	// both, in the card's order. a2ad's NATS binding, where the card
+	// offers it, is preferred to any ([SelectInterface]).
+	Bindings []string `yaml:"bindings"`
+	// AllowedOrigins are origins (scheme://host[:port], RFC 6454: https,
+	// or http on a loopback host) an HTTP interface's URL may have besides
+	// the origin the card was fetched from (card_url). A card registered
+	// over NATS vouches for no origin: its HTTP interfaces are used only
+	// at these.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// OutboundAuth is the kind of authentication a2ad presents to the
+	// agent over HTTP ([AuthNone], [AuthBearer], [AuthOAuth2]), from the
+	// agent's http.auth, for [AuthFindings]; not a YAML key of its own.
+	OutboundAuth string `yaml:"-"`
 }
 
 // Record is what the registry knows of one agent, stored as JSON in [Bucket]
@@ -105,18 +121,28 @@ type Record struct {
 	// it; empty for an agent that is not configured.
 	Tenants []string `json:"tenants,omitempty"`
 	// Delegable is true when Status is approved, the configuration requires
-	// no signature or one verifies (SignatureVerified), and the card has a
-	// [NATSInterface] and no NATS interface naming another agent
-	// (docs/nats-binding.md §3.3); otherwise NotDelegableReason says why not.
+	// no signature or one verifies (SignatureVerified), and the card has an
+	// interface a2ad delegates over ([SelectInterface]: a [NATSInterface],
+	// else a JSONRPC or HTTP+JSON one at an origin the card's CardOrigin or
+	// the configuration vouches for); otherwise NotDelegableReason says why
+	// not.
 	Delegable          bool   `json:"delegable"`
 	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 	// Binding is the binding a2ad delegates over when Delegable
 	// ([BindingNATS], [BindingJSONRPC], [BindingHTTPJSON]) and Interface
 	// the card's entry it uses ([SelectInterface]).
-	Binding      string     `json:"binding,omitempty"`
-	Interface    *Interface `json:"interface,omitempty"`
-	RegisteredAt time.Time  `json:"registered_at"`
-	UpdatedAt    time.Time  `json:"updated_at"`
+	Binding   string     `json:"binding,omitempty"`
+	Interface *Interface `json:"interface,omitempty"`
+	// CardOrigin is the origin (scheme://host[:port]) of the URL the card
+	// was fetched from ([Registry.RegisterFetched]); "" for a card the
+	// agent registered over NATS, which vouches for no HTTP origin.
+	CardOrigin string `json:"card_origin,omitempty"`
+	// AuthWarnings say where a2ad cannot authenticate to an HTTP agent as
+	// its card's securityRequirements ask, with the configured http.auth
+	// ([AuthFindings]); the mismatches that still work are Notes.
+	AuthWarnings []Note    `json:"auth_warnings,omitempty"`
+	RegisteredAt time.Time `json:"registered_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 	// ApprovedCard is the card last approved, kept while a changed card holds
 	// the agent in quarantine; Changes are the JSON pointers (RFC 6901) where
 	// the current card differs from it (at most 50), for the operator's review.
@@ -217,8 +243,11 @@ type agentView struct {
 // card's bytes, the configuration and the scanner, so a check is cached per
 // agent until its card changes.
 type cardCheck struct {
-	sum      [sha256.Size]byte // of the card, a NUL, the received card
-	binding  string            // natsFault
+	sum      [sha256.Size]byte // of the card, a NUL, the received card, a NUL, the card's origin
+	binding  string            // SelectInterface's fault
+	iface    Interface         // and its choice, of binding name
+	bindName string
+	authWarn []Note // AuthFindings, for an HTTP binding; shared
 	signed   CardForm
 	payload  PayloadForm
 	sigErr   error     // nil when a signature verified
@@ -244,6 +273,9 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 		case a.RequireSignature && len(a.SigningKeys) == 0:
 			return nil, fmt.Errorf("agentcard: agent %s: require_signature needs signing_keys to verify with", a.ID)
 		}
+		if err := checkHTTPConfig(a); err != nil {
+			return nil, fmt.Errorf("agentcard: agent %s: %w", a.ID, err)
+		}
 		if len(a.SigningKeys) > 0 {
 			k, err := ReadPublicKeys(a.SigningKeys)
 			if err != nil {
@@ -255,6 +287,7 @@ func NewRegistry(ctx context.Context, js jetstream.JetStream, cfg []AgentConfig,
 			return nil, fmt.Errorf("agentcard: agent %s configured twice", a.ID)
 		}
 		a.Tenants = slices.Clone(a.Tenants)
+		a.Bindings, a.AllowedOrigins = slices.Clone(a.Bindings), slices.Clone(a.AllowedOrigins)
 		agents[a.ID] = a
 	}
 	var kv jetstream.KeyValue
@@ -309,19 +342,31 @@ func (r *Registry) Register(ctx context.Context, agentID string, raw []byte) (*R
 // does): what an operator must see, where the current card again changes
 // nothing they look at.
 func (r *Registry) RegisterChanged(ctx context.Context, agentID string, raw []byte) (*Record, bool, error) {
+	return r.registerFrom(ctx, agentID, raw, "")
+}
+
+// RegisterFetched is [Registry.RegisterChanged] for a card a2ad fetched
+// from cardURL: the record's CardOrigin becomes cardURL's origin
+// ([OriginOf]), which the card's HTTP interfaces may use
+// ([SelectInterface]). A card registered over NATS has none.
+func (r *Registry) RegisterFetched(ctx context.Context, agentID string, raw []byte, cardURL string) (*Record, bool, error) {
+	return r.registerFrom(ctx, agentID, raw, OriginOf(cardURL))
+}
+
+func (r *Registry) registerFrom(ctx context.Context, agentID string, raw []byte, origin string) (*Record, bool, error) {
 	if !natsbind.ValidToken(agentID) {
 		return nil, false, fmt.Errorf("%w: agent id %q", natsbind.ErrBadSubject, truncate(agentID, 64))
 	}
-	rec, prev, err := r.register(ctx, agentID, raw)
+	rec, prev, err := r.register(ctx, agentID, raw, origin)
 	if err != nil {
 		r.NoteRefusal(agentID, RefusalRegistration, err)
 		return nil, false, err
 	}
-	return rec, prev == nil || prev.Status != rec.Status || prev.Fingerprint != rec.Fingerprint, nil
+	return rec, prev == nil || prev.Status != rec.Status || prev.Fingerprint != rec.Fingerprint || prev.CardOrigin != rec.CardOrigin, nil
 }
 
 // register returns the stored record and the one it replaced (nil: none).
-func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*Record, *Record, error) {
+func (r *Registry) register(ctx context.Context, agentID string, raw []byte, origin string) (*Record, *Record, error) {
 	if len(raw) > MaxCardBytes {
 		return nil, nil, invalid("", "card is %d bytes, more than %d", len(raw), MaxCardBytes)
 	}
@@ -342,14 +387,16 @@ func (r *Registry) register(ctx context.Context, agentID string, raw []byte) (*R
 		}
 	}
 	if r.agents[agentID].RequireSignature {
-		if c := r.check(agentID, stored, received); c.sigErr != nil {
+		if c := r.check(agentID, stored, received, origin); c.sigErr != nil {
 			return nil, nil, c.sigErr
 		}
 	}
 	var prev *Record // the record the last attempt of change read
 	rec, err := r.change(ctx, agentID, func(old *Record, now time.Time) (*Record, error) {
 		prev = old
-		return r.registration(old, agentID, stored, received, fp, now), nil
+		rec := r.registration(old, agentID, stored, received, fp, now)
+		rec.CardOrigin = origin
+		return rec, nil
 	})
 	return rec, prev, err
 }
@@ -455,14 +502,16 @@ func (r *Registry) view(rec *Record) {
 	rec.LastRefusal = r.lastRefusal(rec.AgentID)
 	rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = false, "", ""
 	rec.Delegable, rec.NotDelegableReason = false, ""
+	rec.Binding, rec.Interface, rec.AuthWarnings = "", nil, nil
 	rec.Warnings, rec.Notes = nil, nil
 	if len(rec.Card) == 0 {
 		rec.NotDelegableReason = noCard
 		return
 	}
-	c := r.check(rec.AgentID, rec.Card, rec.ReceivedCard)
+	c := r.check(rec.AgentID, rec.Card, rec.ReceivedCard, rec.CardOrigin)
 	rec.Warnings = slices.Clone(c.warnings)
 	rec.Notes = slices.Clone(c.notes)
+	rec.AuthWarnings = slices.Clone(c.authWarn)
 	if c.sigErr == nil {
 		rec.SignatureVerified, rec.SignedForm, rec.SignaturePayload = true, c.signed, c.payload
 	}
@@ -477,17 +526,20 @@ func (r *Registry) view(rec *Record) {
 	case c.binding != "":
 		rec.NotDelegableReason = c.binding
 	default:
-		rec.Delegable = true
+		in := c.iface
+		rec.Delegable, rec.Binding, rec.Interface = true, c.bindName, &in
 	}
 }
 
 // check returns the [cardCheck] of the agent's card, from the cache when
 // the card is the one last checked.
-func (r *Registry) check(agentID string, card, received []byte) cardCheck {
+func (r *Registry) check(agentID string, card, received []byte, origin string) cardCheck {
 	h := sha256.New()
 	h.Write(card)
 	h.Write([]byte{0}) // never in JSON text
 	h.Write(received)
+	h.Write([]byte{0})
+	h.Write([]byte(origin))
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	r.mu.Lock()
@@ -498,17 +550,26 @@ func (r *Registry) check(agentID string, card, received []byte) cardCheck {
 	}
 	c = cardCheck{sum: sum}
 	var ifaces struct {
-		SupportedInterfaces []Interface `json:"supportedInterfaces"`
+		SupportedInterfaces  []Interface                `json:"supportedInterfaces"`
+		SecuritySchemes      map[string]json.RawMessage `json:"securitySchemes"`
+		SecurityRequirements []json.RawMessage          `json:"securityRequirements"`
 	}
+	ac := r.agents[agentID]
+	var authNotes []Note
 	if err := json.Unmarshal(card, &ifaces); err != nil {
 		c.binding = "stored card does not decode"
 	} else {
-		c.binding = natsFault(agentID, ifaces.SupportedInterfaces)
+		c.iface, c.bindName, c.binding = selectInterface(ifaces.SupportedInterfaces,
+			SelectOptions{Prefer: ac.Bindings, CardOrigin: origin, AllowedOrigins: ac.AllowedOrigins})
+		if c.binding == "" && c.bindName != BindingNATS {
+			c.authWarn, authNotes = authFindings(ifaces.SecuritySchemes, ifaces.SecurityRequirements, ac.OutboundAuth)
+		}
 	}
 	if parsed, notes, err := inspect(card); err == nil {
 		c.warnings = InjectionWarnings(parsed)
 		c.notes = append(notes, agentNotes(agentID, ifaces.SupportedInterfaces)...)
-		c.notes = append(c.notes, ConfiguredSkillNotes(r.agents[agentID], parsed)...)
+		c.notes = append(c.notes, ConfiguredSkillNotes(ac, parsed)...)
+		c.notes = append(c.notes, authNotes...)
 	}
 	c.signed, c.payload, c.sigErr = r.verify(agentID, card, received)
 	r.mu.Lock()
@@ -784,7 +845,7 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 // ForDelegation returns the record and parsed card of an agent tenant may
 // delegate to, with the requested skill present. Errors: ErrAgentNotFound if
 // tenant cannot see the agent; *[NotDelegableError] if it is visible but not
-// delegable (quarantined, or no NATS interface); an error wrapping
+// delegable (quarantined, or no interface a2ad delegates over: [SelectInterface]); an error wrapping
 // [ErrSkillNotFound] if the card lacks skillID. The card is shared with
 // later calls: do not modify it.
 //

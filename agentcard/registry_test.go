@@ -319,16 +319,21 @@ func TestTenantsComeFromConfiguration(t *testing.T) {
 }
 
 func TestCardWithoutNATSInterfaceIsNotDelegable(t *testing.T) {
-	const reason = "card has no supportedInterfaces entry with protocolBinding urn:a2ad:binding:nats:v1 and protocolVersion 1.0"
+	const none = "card has no supportedInterfaces entry a2ad delegates over (protocolBinding urn:a2ad:binding:nats:v1, or JSONRPC or HTTP+JSON over https, at protocolVersion 1.0): "
 	tests := []struct {
-		name string
-		in   map[string]any
+		name   string
+		in     map[string]any
+		reason string
 	}{
-		{"JSON-RPC only", map[string]any{"url": "https://agent.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}},
-		{"our binding at 0.3", map[string]any{"url": "nats://127.0.0.1:4222/a2a.agent.fraud-review", "protocolBinding": natsbind.BindingURI, "protocolVersion": "0.3"}},
+		// Registered over NATS, the card vouches for no HTTP origin.
+		{"JSON-RPC only", map[string]any{"url": "https://agent.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+			none + "/supportedInterfaces/0/url: the card was registered over NATS and vouches for no HTTP origin: its origin https://agent.example must be in the agent's allowed_origins"},
+		{"our binding at 0.3", map[string]any{"url": "nats://127.0.0.1:4222/a2a.agent.fraud-review", "protocolBinding": natsbind.BindingURI, "protocolVersion": "0.3"},
+			none + "/supportedInterfaces/0/protocolVersion: a2ad's NATS binding at a protocolVersion other than 1.0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			reason := tt.reason
 			r, _ := newRegistry(t, AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true})
 			ctx := t.Context()
 			rec := register(t, r, agent, edit(t, func(c map[string]any) { c["supportedInterfaces"] = []any{tt.in} }))

@@ -244,6 +244,8 @@ type AgentView struct {
 	Status             string      `json:"status" jsonschema:"approved, pending or quarantined"`
 	Delegable          bool        `json:"delegable" jsonschema:"whether delegate may target this agent now"`
 	NotDelegableReason string      `json:"not_delegable_reason,omitempty"`
+	Binding            string      `json:"binding,omitempty" jsonschema:"how a2ad reaches this agent when delegable: nats (a2ad's NATS binding), JSONRPC or HTTP+JSON (A2A 1.0 over HTTP)"`
+	BindingURL         string      `json:"binding_url,omitempty" jsonschema:"the agent's A2A endpoint a2ad sends to, for JSONRPC and HTTP+JSON (none for nats: that URL names a2ad's own bus)"`
 	Fingerprint        string      `json:"fingerprint" jsonschema:"sha256 of the agent card's canonical form"`
 	Skills             []SkillView `json:"skills"`
 	// Warnings flag card text phrased as instructions to a model: where,
@@ -283,7 +285,10 @@ func (e *Edge) agentsList(ctx context.Context, req *mcp.CallToolRequest, _ Agent
 		// presents.
 		c, fp, warnings := agentcard.HostCard(&r)
 		v := AgentView{ID: r.AgentID, Status: string(r.Status), Delegable: r.Delegable, NotDelegableReason: r.NotDelegableReason,
-			Fingerprint: fp, Skills: []SkillView{}}
+			Fingerprint: fp, Skills: []SkillView{}, Binding: r.Binding}
+		if r.Interface != nil && r.Binding != agentcard.BindingNATS {
+			v.BindingURL = r.Interface.URL
+		}
 		for _, w := range warnings {
 			v.Warnings = append(v.Warnings, CardWarning{Pointer: w.Pointer, Kind: w.Kind})
 		}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -206,13 +207,15 @@ approved again.
 	return cmd
 }
 
-// printAgents is `agents list`: one agent a line; WARNINGS is the number of
-// card fields phrased as instructions to a model (`agents show` says which).
+// printAgents is `agents list`: one agent a line; BINDING is how a2ad
+// reaches a delegable agent (nats, JSONRPC, HTTP+JSON; empty when it is
+// not delegable); WARNINGS is the number of card fields phrased as
+// instructions to a model (`agents show` says which).
 func printAgents(w io.Writer, agents []agentcard.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tFINGERPRINT\tWARNINGS\tREASON")
+	fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tBINDING\tFINGERPRINT\tWARNINGS\tREASON")
 	for _, a := range agents {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%d\t%s\n", a.AgentID, a.Status, a.Delegable, a.Fingerprint, len(a.Warnings), cmp.Or(a.StatusReason, a.NotDelegableReason))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%s\n", a.AgentID, a.Status, a.Delegable, a.Binding, a.Fingerprint, len(a.Warnings), cmp.Or(a.StatusReason, a.NotDelegableReason))
 	}
 	return tw.Flush()
 }
@@ -228,6 +231,14 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	if a.NotDelegableReason != "" {
 		fmt.Fprintf(tw, "Not delegable:\t%s\n", a.NotDelegableReason)
 	}
+	if a.Binding != "" && a.Interface != nil {
+		// The interface URL is the card's, checked as a URL: shown quoted if
+		// it holds anything a line should not.
+		fmt.Fprintf(tw, "Binding:\t%s %s\n", a.Binding, shownText(a.Interface.URL))
+	}
+	if a.CardOrigin != "" {
+		fmt.Fprintf(tw, "Card origin:\t%s\n", a.CardOrigin)
+	}
 	fmt.Fprintf(tw, "Fingerprint:\t%s\n", a.Fingerprint)
 	fmt.Fprintf(tw, "Approved:\t%s\n", cmp.Or(a.ApprovedFingerprint, "-"))
 	fmt.Fprintf(tw, "Tenants:\t%v\n", a.Tenants)
@@ -242,6 +253,9 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	}
 	for _, n := range a.Notes {
 		fmt.Fprintf(tw, "Note:\t%s: %s\n", shownPointer(n.Pointer), n.Reason)
+	}
+	for _, n := range a.AuthWarnings {
+		fmt.Fprintf(tw, "Warning:\t%s: %s\n", shownPointer(n.Pointer), n.Reason)
 	}
 	// Where and what kind only: the card below shows the text, as data.
 	for _, w := range a.Warnings {
@@ -328,4 +342,13 @@ func mintDirect(ctx context.Context, stderr io.Writer, natsURL, caFile, dataDir 
 		return admin.Credential{}, fmt.Errorf("credential not issued: %w", err)
 	}
 	return admin.Credential{AgentID: id, Credential: tok, ExpiresAt: c.Expires.UTC(), JTI: c.ID}, nil
+}
+
+// shownText is card text as a line may show it: quoted unless it is plain
+// printable text without spaces.
+func shownText(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s || strings.ContainsAny(s, " \t") {
+		return q
+	}
+	return s
 }

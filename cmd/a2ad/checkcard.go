@@ -24,8 +24,13 @@ type cardReport struct {
 	Notes       []agentcard.Note             `json:"notes,omitempty"`
 	Warnings    []agentcard.Warning          `json:"warnings,omitempty"`
 	// Agent and NotDelegableReason: with --agent, whether a2ad could
-	// delegate to the card's agent registered under that id.
-	Agent string `json:"agent,omitempty"`
+	// delegate to the card's agent registered under that id; Binding and
+	// Interface, over which of its interfaces (agentcard.SelectInterface:
+	// the card's origin is that of --card-url, none without it, as for a
+	// card registered over NATS).
+	Agent     string               `json:"agent,omitempty"`
+	Binding   string               `json:"binding,omitempty"`
+	Interface *agentcard.Interface `json:"interface,omitempty"`
 	// FaultCount and NoteCount are the real totals, also when Faults and
 	// Notes stop at agentcard.MaxFaults and MaxNotes with an "and N more"
 	// entry.
@@ -39,9 +44,9 @@ type cardReport struct {
 var errCardRefused = errors.New("card refused")
 
 func newCheckCard(f *adminFlags) *cobra.Command {
-	var agentID string
+	var agentID, cardURL string
 	cmd := &cobra.Command{
-		Use:   "check-card FILE [--agent ID]",
+		Use:   "check-card FILE [--agent ID [--card-url URL]]",
 		Short: "Check an agent card offline as a2ad would register it, printing every fault and note",
 		Long: `Check an A2A agent card (JSON, "-" for stdin) without a daemon, as a2ad reads
 a card an agent registers or serves at its card_url: a 0.3 card is read in its
@@ -51,10 +56,14 @@ pointer (RFC 6901), and every note: members a2ad does not know (kept in the
 stored card and its fingerprint), interfaces and links nobody could use.
 For an accepted card it prints the fingerprint to approve, and card text
 phrased as instructions to a model. With --agent ID it also says whether a2ad
-could delegate to the card's agent registered under that id.
+could delegate to the card's agent registered under that id, and over which
+interface; --card-url says where a2ad would fetch the card (the agent's
+card_url), whose origin its HTTP interfaces may have (without it, the card
+is taken as registered over NATS, which vouches for no HTTP origin).
 Exit status 1 when the card is refused.
 
   a2ad agents check-card fraud-review.json --agent fraud-review
+  a2ad agents check-card movie-agent.json --agent movie-agent --card-url https://movies.example
   curl -s https://agent.example.com/.well-known/agent-card.json | a2ad agents check-card -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -62,7 +71,15 @@ Exit status 1 when the card is refused.
 			if err != nil {
 				return err
 			}
-			rep := checkCard(args[0], raw, agentID)
+			origin := ""
+			if cardURL != "" {
+				u, err := agentcard.CardURL(cardURL)
+				if err != nil {
+					return fmt.Errorf("--card-url: %w", err)
+				}
+				origin = agentcard.OriginOf(u)
+			}
+			rep := checkCard(args[0], raw, agentID, origin)
 			if f.asJSON {
 				b, _ := json.MarshalIndent(rep, "", "  ")
 				if _, err := fmt.Fprintf(c.OutOrStdout(), "%s\n", b); err != nil {
@@ -79,6 +96,7 @@ Exit status 1 when the card is refused.
 		},
 	}
 	cmd.Flags().StringVar(&agentID, "agent", "", "the agent id the card would be registered under: also check that a2ad could delegate to it")
+	cmd.Flags().StringVar(&cardURL, "card-url", "", "with --agent: the agent's card_url, whose origin the card's HTTP interfaces may have")
 	return cmd
 }
 
@@ -99,7 +117,7 @@ func readCardFile(stdin io.Reader, name string) ([]byte, error) {
 	return raw, nil
 }
 
-func checkCard(file string, raw []byte, agentID string) cardReport {
+func checkCard(file string, raw []byte, agentID, cardOrigin string) cardReport {
 	rep := cardReport{File: file, Shape: "1.0", Agent: agentID}
 	normal, err := agentcard.Normalize(raw)
 	if err != nil || string(normal) != string(raw) {
@@ -132,7 +150,11 @@ func checkCard(file string, raw []byte, agentID string) cardReport {
 	rep.Accepted = true
 	rep.Warnings = agentcard.InjectionWarnings(card)
 	if agentID != "" {
-		rep.NotDelegableReason = agentcard.DelegationFault(agentID, card)
+		in, binding, fault := agentcard.SelectInterface(card, agentcard.SelectOptions{CardOrigin: cardOrigin})
+		rep.NotDelegableReason = fault
+		if fault == "" {
+			rep.Binding, rep.Interface = binding, &in
+		}
 		rep.Notes = append(rep.Notes, agentcard.AgentNotes(agentID, card)...)
 		rep.NoteCount = agentcard.CountNotes(rep.Notes)
 	}
@@ -174,6 +196,7 @@ func printCardReport(w io.Writer, rep cardReport) error {
 			fmt.Fprintf(w, "not delegable as agent %s: %s\n", rep.Agent, rep.NotDelegableReason)
 		} else {
 			fmt.Fprintf(w, "delegable as agent %s once approved\n", rep.Agent)
+			fmt.Fprintf(w, "binding: %s %s\n", rep.Binding, shownText(rep.Interface.URL))
 		}
 	}
 	fmt.Fprintf(w, "fingerprint: %s\n", rep.Fingerprint)

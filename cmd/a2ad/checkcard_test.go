@@ -67,6 +67,7 @@ refused: 6 faults, 0 notes
 note: /skills/0/example: unknown field: kept, not used (did you mean examples?)
 note: /agentIdentity: unknown field: kept, not used
 delegable as agent invoice-summary once approved
+binding: nats nats://127.0.0.1:4222/a2a.agent.invoice-summary
 fingerprint: ` + fp + `
 accepted: 2 notes, 0 warnings
 `
@@ -80,7 +81,11 @@ accepted: 2 notes, 0 warnings
 		t.Fatalf("--json: exit %d, %v:\n%s", code, err, out)
 	}
 	if !rep.Accepted || rep.Shape != "1.0" || len(rep.Faults) != 0 || len(rep.Notes) != 1 || rep.Notes[0].Pointer != "/security" ||
-		!strings.HasPrefix(rep.NotDelegableReason, "card has no supportedInterfaces entry with protocolBinding urn:a2ad:binding:nats:v1") ||
+		// Without --card-url the card vouches for no HTTP origin.
+		rep.NotDelegableReason != "card has no supportedInterfaces entry a2ad delegates over (protocolBinding urn:a2ad:binding:nats:v1, or JSONRPC or HTTP+JSON over https, at protocolVersion 1.0): "+
+			"/supportedInterfaces/0/url: the card was registered over NATS and vouches for no HTTP origin: its origin https://georoute-agent.example.com must be in the agent's allowed_origins; "+
+			"/supportedInterfaces/1/protocolBinding: GRPC, which a2ad does not delegate over (only JSONRPC and HTTP+JSON); "+
+			"/supportedInterfaces/2/url: the card was registered over NATS and vouches for no HTTP origin: its origin https://georoute-agent.example.com must be in the agent's allowed_origins" ||
 		!strings.HasPrefix(rep.Fingerprint, "sha256:") {
 		t.Errorf("--json report %+v", rep)
 	}
@@ -150,7 +155,8 @@ func TestAgentsCheckCardNATSInterfaceURLs(t *testing.T) {
 	}
 	out, code := runCheckCard(t, card("nats://127.0.0.1:4222/a2a.agent.fraud-review"), "-", "--agent", "fraud-review-2")
 	want := "note: /supportedInterfaces/0/url: names agent fraud-review, not fraud-review-2: a2ad addresses the agent by its configured id fraud-review-2 (docs/nats-binding.md §3.3: the URL's agent id SHOULD be the same)\n" +
-		"delegable as agent fraud-review-2 once approved\n"
+		"delegable as agent fraud-review-2 once approved\n" +
+		"binding: nats nats://127.0.0.1:4222/a2a.agent.fraud-review\n"
 	if code != 0 || !strings.Contains(out, want) || !strings.HasSuffix(out, "accepted: 1 notes, 0 warnings\n") {
 		t.Errorf("another agent id: exit %d:\n%s\nwant accepted with\n%s", code, out, want)
 	}
@@ -181,5 +187,25 @@ refused: 4 faults, 0 notes
 `
 	if code != 1 || out != want {
 		t.Errorf("exit %d, output\n%s\nwant exit 1,\n%s", code, out, want)
+	}
+}
+
+// With --card-url, check-card says over which HTTP interface a2ad would
+// delegate to an agent whose card it fetches there: the @a2a-js/sdk 1.3
+// card of issue 16 from its origin, over JSONRPC; from another origin, not.
+func TestAgentsCheckCardHTTPInterface(t *testing.T) {
+	const file = "../../testdata/cards/a2a-js-1.3-mixed.json"
+	out, code := runCheckCard(t, nil, file, "--agent", "movie-agent", "--card-url", "http://localhost:41241")
+	if code != 0 || !strings.Contains(out, "\ndelegable as agent movie-agent once approved\nbinding: JSONRPC http://localhost:41241/a2a/jsonrpc\n") {
+		t.Errorf("from its origin: exit %d:\n%s", code, out)
+	}
+	out, code = runCheckCard(t, nil, file, "--agent", "movie-agent", "--card-url", "https://movies.example")
+	if code != 0 || !strings.Contains(out, "\nnot delegable as agent movie-agent: card has no supportedInterfaces entry a2ad delegates over") ||
+		!strings.Contains(out, "/supportedInterfaces/0/url: its origin http://localhost:41241 is neither the card's origin https://movies.example nor in the agent's allowed_origins") {
+		t.Errorf("from another origin: exit %d:\n%s", code, out)
+	}
+	if out, err := exec.Command(bin, "agents", "check-card", file, "--agent", "movie-agent", "--card-url", "ftp://movies.example").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "--card-url: agentcard: card URL \"ftp://movies.example\": scheme must be https (http only on a loopback host)") {
+		t.Errorf("a card URL a2ad would not fetch: %v:\n%s", err, out)
 	}
 }

@@ -230,7 +230,7 @@ func (d *Daemon) watchCard(ctx context.Context, id, url string) {
 		var rec *agentcard.Record
 		changed := false
 		if err == nil && !res.NotModified {
-			rec, changed, err = d.Service.Agents.RegisterChanged(ctx, id, res.Card)
+			rec, changed, err = d.Service.Agents.RegisterFetched(ctx, id, res.Card, url)
 		}
 		if ctx.Err() != nil {
 			return

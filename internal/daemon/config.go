@@ -18,6 +18,7 @@ import (
 	"github.com/a2ad/a2ad/artifact"
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/httpbind"
 	"github.com/a2ad/a2ad/internal/tracing"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
@@ -428,6 +429,11 @@ type AgentConfig struct {
 	Artifacts artifact.Policy `yaml:"artifacts"`
 	// Limits override Config.AgentLimits for this agent, field by field.
 	Limits AgentLimits `yaml:"limits"`
+	// HTTP configures a2ad's HTTP binding for an agent it reaches over
+	// JSON-RPC or HTTP+JSON (docs/http-binding.md §3): how a2ad
+	// authenticates to it (http.auth: bearer_token_file, or oauth2 client
+	// credentials). Checked at load: see agentHTTPFaults.
+	HTTP httpbind.AgentConfig `yaml:"http"`
 }
 
 // PrincipalConfig is a configured principal.

@@ -200,6 +200,7 @@ func (c Config) valueFaults() []error {
 			faults = append(faults, &KeyError{Key: "http_allowed_origins[" + strconv.Itoa(i) + "]", Reason: fmt.Sprintf("want an origin scheme://host[:port] (RFC 6454), got %q: %v", o, err)})
 		}
 	}
+	faults = append(faults, c.agentHTTPFaults()...)
 	inherited := map[string]bool{} // agent_limits faults, which each agent without its own value repeats
 	for _, e := range flatten(c.checkLimits()) {
 		f := fromConfigError(e)

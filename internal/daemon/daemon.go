@@ -117,6 +117,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	if err := cfg.checkPrincipal(); err != nil {
 		return nil, err
 	}
+	if err := errors.Join(cfg.agentHTTPFaults()...); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	if serveHTTP {
 		if err := cfg.TLS.check(); err != nil {
 			return nil, err
@@ -276,6 +279,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			cfg.Agents[i].CardURL, a.CardURL = u, u
 		}
 		a.ConfiguredSkills = configuredSkills(a)
+		a.OutboundAuth = outboundAuth(a.HTTP.Auth)
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
 			evidence[a.ID+"/"+skill] = name
