@@ -33,6 +33,7 @@ import (
 	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/embedded"
+	"github.com/a2ad/a2ad/internal/httpbind"
 	"github.com/a2ad/a2ad/internal/jsretry"
 	"github.com/a2ad/a2ad/internal/metrics"
 	"github.com/a2ad/a2ad/internal/natsauth"
@@ -101,6 +102,7 @@ type Daemon struct {
 	http               *http.Server
 	tls                *httpTLS // nil: plain text
 	cancel             context.CancelFunc
+	httpb              *httpBinding    // the HTTP binding's clients and follower
 	runCtx             context.Context // ends with Stop: for work a request starts that outlives it
 	wg                 sync.WaitGroup
 	once               sync.Once
@@ -330,6 +332,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// Tasks of earlier versions are found by their ids for as long as
 		// one delegated before the key existed may still run.
 		LegacyIdempotencyUntil: idemSince.Add(time.Duration(limitsOfBriefs.MaxDeadlineSeconds) * time.Second)}
+	d.httpb, err = newHTTPBinding(ctx, cfg, agents, js, log)
+	if err != nil {
+		return nil, err
+	}
+	d.Service.Bindings[agentcard.BindingJSONRPC] = d.httpb.binding
+	d.Service.Bindings[agentcard.BindingHTTPJSON] = d.httpb.binding
 	policies := map[string]artifact.Policy{}
 	limits := map[string]task.EventLimits{}
 	for _, a := range cfg.Agents {
@@ -344,12 +352,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		tracker.Track(sn)
 		d.obs.track(sn)
 		retention.Track(sn)
+		d.httpb.follower.Track(sn)
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.startRetention(runCtx, retention, store)
 	tracker.Store = store
+	d.httpb.follower.Store = store
 	store.OnWrite = d.obs.taskWritten
 	d.Service.Tasks = store
 	d.wg.Add(2)
@@ -513,6 +523,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
+		// HTTP agents' push notifications: outside host authentication, each
+		// carries its task's token (docs/http-binding.md §6).
+		mux.Handle(httpbind.PushPath, d.httpb.follower.PushHandler())
+		if cfg.PublicURL != "" {
+			d.httpb.follower.PushBaseURL = public
+		}
 		d.http = newHTTPServer(mux, limits)
 		d.http.ErrorLog = stdlog.New(httpErrorLog{d.aggregate}, "", 0)
 		if d.tls != nil {
@@ -533,6 +549,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			}
 		}()
 	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.httpb.follower.Run(runCtx); err != nil {
+			log.Error("HTTP agents' tasks are not followed", "err", err)
+		}
+	}()
 	ok = true
 	return d, nil
 }

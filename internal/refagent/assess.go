@@ -59,10 +59,10 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 			if !ok || caseID == "" {
 				return nil, fmt.Errorf("refagent: misbehave %q: want <mode>:<caseId>", item)
 			}
-			if !knownMode(mode) {
-				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s, %s, %s or %s)",
+			if !knownMode(mode) && !httpMode(mode) {
+				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s, %s, %s or %s; over HTTP also %s or %s)",
 					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow, ModeAuthRequired,
-					ModeReplaceAfterLast, ModeEndlessChunks)
+					ModeReplaceAfterLast, ModeEndlessChunks, ModeUnresponsive, ModeCancelHangs)
 			}
 			if prev, dup := out[caseID]; dup && prev != mode {
 				return nil, fmt.Errorf("refagent: misbehave: case %q given two modes, %q and %q", caseID, prev, mode)
@@ -72,6 +72,9 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// httpMode reports the modes only [HTTPAgent] has.
+func httpMode(m string) bool { return m == ModeUnresponsive || m == ModeCancelHangs }
 
 func knownMode(m string) bool {
 	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow || m == ModeAuthRequired ||

@@ -51,6 +51,11 @@ type HTTPConfig struct {
 // and went silent).
 const ModeUnresponsive = "unresponsive"
 
+// ModeCancelHangs works (TASK_STATE_WORKING) and never finishes, and its
+// CancelTask hangs until the agent stops: the @a2a-js/sdk agent's
+// CancelTask on an interrupted task was measured hanging over 60 s.
+const ModeCancelHangs = "cancel-hangs"
+
 // HTTPAgent is the reference fraud-review agent over A2A's HTTP bindings.
 type HTTPAgent struct {
 	cfg     HTTPConfig
@@ -92,7 +97,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPAgent, error) {
 		cfg.SlowFor = 3 * time.Second
 	}
 	for c, m := range cfg.Misbehave {
-		if !knownMode(m) && m != ModeUnresponsive {
+		if !knownMode(m) && !httpMode(m) {
 			return nil, fmt.Errorf("refagent: misbehave %s:%s: unknown mode", m, c)
 		}
 	}
@@ -202,7 +207,10 @@ func (e *httpExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) 
 			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateRejected, agentText(ec, evErr.Error())), nil)
 			return
 		}
-		if t.mode == ModeSilent {
+		if t.mode == ModeCancelHangs {
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil)
+		}
+		if t.mode == ModeSilent || t.mode == ModeCancelHangs {
 			select {
 			case <-a.stop:
 			case <-ctx.Done():
@@ -285,7 +293,7 @@ func (e *httpExecutor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) i
 		t := a.tasks[ec.TaskID]
 		a.stats.Cancels++
 		a.mu.Unlock()
-		if t != nil && t.mode == ModeUnresponsive {
+		if t != nil && (t.mode == ModeUnresponsive || t.mode == ModeCancelHangs) {
 			<-a.stop
 			return
 		}
