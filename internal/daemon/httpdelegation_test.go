@@ -35,7 +35,7 @@ type httpStack struct {
 type httpStackOpts struct {
 	misbehave map[string]string
 	streaming bool
-	bindings  []string                          // the agent's bindings preference
+	bindings  []string                             // the agent's bindings preference
 	wrap      func(next http.Handler) http.Handler // fault injection in front of the agent
 }
 
