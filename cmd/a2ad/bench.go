@@ -472,7 +472,7 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int)
 			env.stop()
 		}
 	}()
-	cfg := inProcessConfig(dir)
+	cfg := inProcessConfig(dir, "")
 	// The hostile agent of --flood: configured, with the default limits,
 	// for a tenant of its own.
 	cfg.Agents = append(cfg.Agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: benchHostile, Tenants: []string{"acme"}}})

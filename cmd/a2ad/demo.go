@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -28,11 +31,12 @@ func newDemo() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a self-contained delegation demo (embedded NATS, reference agent, MCP host) and check its outcome",
-		Long: "demo starts a2ad with an embedded NATS server in a temporary directory, the reference fraud-review agent, " +
-			"and an MCP host built with the go-sdk client over Streamable HTTP. It delegates three refund cases — C-41 " +
+		Long: "demo starts a2ad with an embedded NATS server in a temporary directory, the reference fraud-review agent " +
+			"over a2ad's NATS binding and, as fraud-review-http, over A2A's standard HTTP binding (JSON-RPC, the official Go SDK's server), " +
+			"and an MCP host built with the go-sdk client over Streamable HTTP. It delegates five refund cases — over NATS C-41 " +
 			"(above the manual review threshold: question, answer, completion), C-7 (immediate completion) and C-13 " +
-			"(the agent returns a schema-violating artifact) — prints each task's transitions and verdict, and exits 0 " +
-			"only if all three ended as expected.",
+			"(the agent returns a schema-violating artifact); over HTTP C-42 (question, answer, completion) and C-14 " +
+			"(schema-violating artifact) — prints each task's transitions and verdict, and exits 0 only if all five ended as expected.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelWarn
@@ -52,9 +56,11 @@ func newDemo() *cobra.Command {
 
 // inProcessConfig is the daemon of `a2ad demo` and `a2ad bench`: embedded
 // NATS and HTTP on free loopback ports, state in dir, the reference agent
-// trusted on first use with the evidence of deploy/a2ad.yaml.
-func inProcessConfig(dir string) daemon.Config {
-	return daemon.Config{
+// trusted on first use with the evidence of deploy/a2ad.yaml; with
+// httpAgentURL also the reference agent over A2A's HTTP bindings, as
+// fraud-review-http, its card fetched from there.
+func inProcessConfig(dir, httpAgentURL string) daemon.Config {
+	cfg := daemon.Config{
 		DataDir: dir, HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
@@ -62,6 +68,33 @@ func inProcessConfig(dir string) daemon.Config {
 			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
 		}},
 	}
+	if httpAgentURL != "" {
+		cfg.Agents = append(cfg.Agents, daemon.AgentConfig{
+			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review-http", Tenants: []string{"default"}, TrustOnFirstUse: true, CardURL: httpAgentURL},
+			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
+			EvidenceKeys:    map[string][]string{"assess_refund_risk": fraudReviewEvidence},
+		})
+	}
+	return cfg
+}
+
+// startHTTPAgent serves the reference agent over A2A's HTTP bindings (the
+// official Go SDK's a2asrv) on a free loopback port and returns its base
+// URL and a stop function.
+func startHTTPAgent(misbehave map[string]string, log *slog.Logger) (*refagent.HTTPAgent, string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	base := "http://" + ln.Addr().String()
+	agent, err := refagent.NewHTTP(refagent.HTTPConfig{BaseURL: base, Streaming: true, Misbehave: misbehave, Logger: log})
+	if err != nil {
+		ln.Close()
+		return nil, "", nil, err
+	}
+	srv := &http.Server{Handler: agent.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return agent, base, func() { agent.Stop(); _ = srv.Close() }, nil
 }
 
 // startInProcessAgent runs the reference agent against d over loopback TCP,
@@ -96,6 +129,7 @@ var fraudReviewEvidence = []string{"case_id", "amount_cents", "currency", "manua
 
 // demoCase is one delegation of the demo and the outcome it must reach.
 type demoCase struct {
+	agent     string // "" is fraud-review, over NATS
 	title     string
 	evidence  map[string]any
 	answer    string // answer to the agent's question, if one is expected
@@ -123,6 +157,21 @@ var demoCases = []demoCase{
 		wantState: task.Failed,
 		wantWhy:   task.ReasonArtifactRejected,
 	},
+	{
+		agent: "fraud-review-http",
+		title: "C-42 over HTTP: a standard A2A agent (the official Go SDK, JSON-RPC) asks, is answered, completes",
+		evidence: map[string]any{"case_id": "C-42", "amount_cents": 90000, "currency": "EUR", "manual_review_above_cents": 50000,
+			"customer_tenure_days": 30, "prior_refunds_90d": 3},
+		answer:    "no",
+		wantState: task.Completed,
+	},
+	{
+		agent:     "fraud-review-http",
+		title:     "C-14 over HTTP: the standard agent returns a schema-violating artifact",
+		evidence:  map[string]any{"case_id": "C-14", "amount_cents": 4500, "currency": "EUR"},
+		wantState: task.Failed,
+		wantWhy:   task.ReasonArtifactRejected,
+	},
 }
 
 func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
@@ -131,7 +180,12 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	d, err := daemon.Start(ctx, inProcessConfig(dir), log, true)
+	_, httpAgentURL, stopHTTPAgent, err := startHTTPAgent(map[string]string{"C-14": refagent.ModeInvalidArtifact}, log)
+	if err != nil {
+		return err
+	}
+	defer stopHTTPAgent()
+	d, err := daemon.Start(ctx, inProcessConfig(dir, httpAgentURL), log, true)
 	if err != nil {
 		return err
 	}
@@ -148,6 +202,13 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	fmt.Fprintln(out, "reference agent fraud-review connected with its credential, registered its card and is approved (trust on first use)")
+	if err := waitDelegable(ctx, d, "fraud-review-http"); err != nil {
+		return err
+	}
+	if r, err := d.Service.Agents.Get(ctx, "fraud-review-http"); err == nil && r.Interface != nil {
+		fmt.Fprintf(out, "reference agent fraud-review-http serves A2A 1.0 over HTTP; its card, fetched from %s, is approved (trust on first use): binding %s %s\n",
+			httpAgentURL, r.Binding, r.Interface.URL)
+	}
 
 	// The host's token, as an identity provider would issue it; here minted
 	// with the demo data directory's development key.
@@ -167,7 +228,10 @@ func runDemo(ctx context.Context, out io.Writer, log *slog.Logger) error {
 	for _, c := range demoCases {
 		fmt.Fprintf(out, "\n== %s\n", c.title)
 		got, err := runCase(ctx, out, session, c)
-		if err == nil {
+		if err == nil && c.agent == "" {
+			// The trail shown is of the last NATS case: its agent reports
+			// every state. a2ad observes an HTTP agent's task, and one
+			// that finishes before it looks shows no working state.
 			last = got.TaskID
 		}
 		if err == nil {
@@ -239,8 +303,9 @@ func waitDelegable(ctx context.Context, d *daemon.Daemon, id string) error {
 }
 
 func runCase(ctx context.Context, out io.Writer, s *mcp.ClientSession, c demoCase) (*mcpedge.TaskOutput, error) {
+	agent := cmp.Or(c.agent, "fraud-review")
 	got, err := callTask(ctx, s, "delegate", map[string]any{
-		"agent": "fraud-review", "skill": "assess_refund_risk",
+		"agent": agent, "skill": "assess_refund_risk",
 		"objective":     "Assess the fraud risk of this refund request and recommend a risk level.",
 		"evidence":      c.evidence,
 		"constraints":   []string{"Do not contact the customer.", "Use only the evidence given."},
@@ -253,7 +318,7 @@ func runCase(ctx context.Context, out io.Writer, s *mcp.ClientSession, c demoCas
 	}
 	fmt.Fprintf(out, "delegate -> task %s: %s\n", got.TaskID, got.State)
 	if len(got.DroppedEvidence) > 0 {
-		fmt.Fprintf(out, "left out of the brief (not allowed for fraud-review): %s\n", strings.Join(got.DroppedEvidence, ", "))
+		fmt.Fprintf(out, "left out of the brief (not allowed for %s): %s\n", agent, strings.Join(got.DroppedEvidence, ", "))
 	}
 	if got.State == string(task.InputRequired) {
 		fmt.Fprintf(out, "agent asks: %s\n", got.Question)

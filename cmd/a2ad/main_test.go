@@ -89,7 +89,7 @@ func delegateC7() *mcp.CallToolParams {
 	}}
 }
 
-func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
+func TestDemoExitsZeroWithAllFiveVerdicts(t *testing.T) {
 	cmd := exec.Command(bin, "demo")
 	cmd.Dir = t.TempDir()
 	out, err := cmd.CombinedOutput()
@@ -104,7 +104,12 @@ func TestDemoExitsZeroWithAllThreeVerdicts(t *testing.T) {
 		"verdict: completed — as expected",
 		"verdict: failed (artifact_rejected) — as expected",
 		"resume    input-required  working",
-		"demo: all 3 cases ended as expected",
+		"demo: all 5 cases ended as expected",
+		"reference agent fraud-review-http serves A2A 1.0 over HTTP; its card, fetched from http://127.0.0.1:",
+		"is approved (trust on first use): binding JSONRPC http://127.0.0.1:",
+		"== C-42 over HTTP: a standard A2A agent (the official Go SDK, JSON-RPC) asks, is answered, completes",
+		"agent asks: Case C-42: the refund of 90000 cents is above the manual review threshold of 50000 cents.",
+		`validated artifact risk-assessment: {"case_id":"C-42","policy_version":"fraud-policy-2026.11","reasons":["amount 90000 cents above 50000","3 prior refunds in the last 90 days (3 or more)","identity not verified by a human reviewer"],"risk_level":"high","score":0.9}`,
 		"== what an operator sees: the audit trail of tsk-",
 	} {
 		if !bytes.Contains(out, []byte(want)) {

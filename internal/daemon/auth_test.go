@@ -359,7 +359,7 @@ func TestDeployConfigsLoad(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 			continue
 		}
-		if len(c.Agents) != 1 || c.Agents[0].ID != "fraud-review" {
+		if len(c.Agents) < 1 || c.Agents[0].ID != "fraud-review" {
 			t.Errorf("%s: agents %+v", f, c.Agents)
 		}
 	}

@@ -286,8 +286,13 @@ func TestDeployExampleConfigLoads(t *testing.T) {
 	if c.Principal.Subject != "local" || c.Principal.Tenant != "default" || !slices.Equal(c.Principal.Scopes, []string{"a2a:read", "a2a:delegate"}) {
 		t.Errorf("principal %+v", c.Principal)
 	}
-	if len(c.Agents) != 1 {
+	if len(c.Agents) != 2 {
 		t.Fatalf("agents %+v", c.Agents)
+	}
+	// The reference agent over HTTP, its card fetched from loopback.
+	if h := c.Agents[1]; h.ID != "fraud-review-http" || h.CardURL != "http://127.0.0.1:9100" || !h.TrustOnFirstUse ||
+		!slices.Equal(h.Tenants, []string{"default"}) || h.EvidenceSchemas["assess_refund_risk"] != "refund_evidence" {
+		t.Errorf("HTTP agent %+v", h.AgentConfig)
 	}
 	a := c.Agents[0]
 	if a.ID != "fraud-review" || !slices.Equal(a.Tenants, []string{"default"}) || !a.TrustOnFirstUse ||

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -32,65 +33,79 @@ const MaxEventBytes = 1 << 20
 type observation struct {
 	body     []byte // one A2A 1.0 stream item
 	msgID    string
-	task     bool // a {"task":…} snapshot
 	terminal bool // it reports a terminal state
 }
 
-// EventID is the Nats-Msg-Id of an observed stream item: "h1-" and the
-// hex SHA-256 of its bytes as a2a-go marshals them, and for an artifact
-// chunk of its position (the number of the artifact's parts before it),
-// so the same observation has the same id whoever observes it and two
-// identical chunks stay two. 67 bytes of [a-z0-9-].
-func EventID(item []byte, chunkAt int) string {
+// ContentID is the Nats-Msg-Id of one observed change of agent task
+// taskID: "h1-" and the hex SHA-256 of the task id, the kind of change
+// ("status"; "artifact", "artifact-last" for a whole artifact without and
+// with lastChunk; "chunk@N", "chunk-last@N" for an appended chunk after N
+// parts of its artifact) and the change's content as a2a-go marshals it
+// (the status, the artifact). Not of the form it was observed in: a status
+// seen in a stream's update, in a GetTask snapshot and in a push has one
+// id, whichever instance saw it, so JetStream and the tracker apply it
+// once — a stale read of input-required after the host's answer is the
+// change already applied, not a new question. Two identical chunks stay
+// two (their positions differ). 67 bytes of [a-z0-9-].
+func ContentID(taskID a2a.TaskID, kind string, content []byte) string {
 	h := sha256.New()
-	h.Write(item)
-	if chunkAt >= 0 {
-		h.Write([]byte("\x00chunk@" + strconv.Itoa(chunkAt)))
-	}
+	h.Write([]byte(taskID))
+	h.Write([]byte{0})
+	h.Write([]byte(kind))
+	h.Write([]byte{0})
+	h.Write(content)
 	return EventIDPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
-// snapshotOf is the observation of task t: history stripped (the tracker
-// does not need it).
-func snapshotOf(t *a2a.Task) (observation, error) {
-	c := *t
-	c.History = nil
-	b, err := json.Marshal(a2a.StreamResponse{Event: &c})
-	if err != nil {
-		return observation{}, err
+// snapshotOf is the observation of task t, one change per message: each
+// artifact whole, then the status (the tracker validates artifacts on the
+// completion, so they go first); history is not kept (the tracker does
+// not need it).
+func snapshotOf(t *a2a.Task) ([]observation, error) {
+	var obs []observation
+	for _, a := range t.Artifacts {
+		if a == nil {
+			continue
+		}
+		o, _, err := itemOf(&a2a.TaskArtifactUpdateEvent{TaskID: t.ID, ContextID: t.ContextID, Artifact: a}, map[a2a.ArtifactID]int{})
+		if err != nil {
+			return nil, err
+		}
+		obs = append(obs, o)
 	}
-	return observation{body: b, msgID: EventID(b, -1), task: true, terminal: t.Status.State.Terminal()}, nil
+	o, _, err := itemOf(&a2a.TaskStatusUpdateEvent{TaskID: t.ID, ContextID: t.ContextID, Status: t.Status}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(obs, o), nil
 }
 
 // itemOf is the observation of a status or artifact update; parts counts,
 // per artifact id, the parts seen so far in this subscription (updated).
-// ok is false for an item that carries no task change (a message).
+// ok is false for an item that carries no task change (a message, a Task:
+// see snapshotOf).
 func itemOf(ev a2a.Event, parts map[a2a.ArtifactID]int) (o observation, ok bool, err error) {
-	chunkAt := -1
+	var kind string
+	var content any
 	switch e := ev.(type) {
-	case *a2a.Task:
-		o, err = snapshotOf(e)
-		if err == nil {
-			clear(parts)
-			for _, a := range e.Artifacts {
-				if a != nil {
-					parts[a.ID] = len(a.Parts)
-				}
-			}
-		}
-		return o, err == nil, err
 	case *a2a.TaskStatusUpdateEvent:
+		kind, content = "status", e.Status
 	case *a2a.TaskArtifactUpdateEvent:
 		if e.Artifact == nil {
 			return observation{}, false, nil
 		}
+		last := ""
+		if e.LastChunk {
+			last = "-last"
+		}
 		if e.Append {
-			chunkAt = parts[e.Artifact.ID]
+			kind = "chunk" + last + "@" + strconv.Itoa(parts[e.Artifact.ID])
 			parts[e.Artifact.ID] += len(e.Artifact.Parts)
 		} else {
-			chunkAt = 0
+			kind = "artifact" + last
 			parts[e.Artifact.ID] = len(e.Artifact.Parts)
 		}
+		content = e.Artifact
 	default:
 		return observation{}, false, nil
 	}
@@ -98,7 +113,11 @@ func itemOf(ev a2a.Event, parts map[a2a.ArtifactID]int) (o observation, ok bool,
 	if err != nil {
 		return observation{}, false, err
 	}
-	return observation{body: b, msgID: EventID(b, chunkAt), terminal: terminalOf(ev)}, true, nil
+	c, err := json.Marshal(content)
+	if err != nil {
+		return observation{}, false, err
+	}
+	return observation{body: b, msgID: ContentID(taskIDOf(ev), kind, c), terminal: terminalOf(ev)}, true, nil
 }
 
 // taskIDOf is the agent task id an event is about.
@@ -170,7 +189,13 @@ func (fl *following) stream(ctx context.Context, target Target) bool {
 				if errors.Is(err, a2a.ErrUnsupportedOperation) {
 					return false
 				}
-				if ctx.Err() == nil {
+				switch {
+				case ctx.Err() != nil:
+				case errors.Is(err, a2a.ErrTaskNotFound):
+					// a2a-go answers so while no execution runs (the task
+					// waits for input): GetTask follows it meanwhile.
+					fl.logAgentAt(slog.LevelDebug, "stream", "SubscribeToTask: no execution to stream now; following by GetTask", err)
+				default:
 					fl.logAgent("stream", "SubscribeToTask stream ended", err)
 				}
 				break
@@ -244,44 +269,64 @@ func (fl *following) getTask(ctx context.Context, client *a2aclient.Client, targ
 		}
 		return false
 	case t == nil:
-		fl.logAgent("get", "GetTask answered no task", errors.New("empty result"))
+		fl.logAgent("get", "GetTask answered no task", ownWords("empty result"))
 		return false
 	case t.ID != a2a.TaskID(fl.agentTask):
-		fl.logAgent("foreign", "agent returned another task than asked for: ignored", errors.New("task id "+strconv.Quote(clipAgentText(string(t.ID)))))
+		fl.logAgent("foreign", "agent returned another task than asked for: ignored", ownWords("another task id"))
 		return false
 	}
-	o, err := snapshotOf(t)
+	return fl.publishSnapshot(ctx, t)
+}
+
+// publishSnapshot publishes what task t shows (snapshotOf), unless it is
+// the snapshot this follower published last; it reports whether it did.
+func (fl *following) publishSnapshot(ctx context.Context, t *a2a.Task) bool {
+	obs, err := snapshotOf(t)
 	if err != nil {
 		fl.logAgent("encode", "agent's task not encodable as A2A 1.0: ignored", err)
 		return false
 	}
+	var all []byte
+	for _, o := range obs {
+		all = append(append(all, o.msgID...), ' ')
+	}
 	fl.mu.Lock()
-	last := fl.lastSnap
+	same := bytes.Equal(all, fl.lastSnap)
 	fl.mu.Unlock()
-	if bytes.Equal(o.body, last) {
+	if same {
 		return false
 	}
-	return fl.publish(ctx, o)
+	for _, o := range obs {
+		if !fl.publish(ctx, o) {
+			return false
+		}
+	}
+	fl.mu.Lock()
+	fl.lastSnap = all
+	fl.mu.Unlock()
+	return true
 }
 
 // publishEvent publishes what one stream event shows; it returns false
 // once ctx ended.
 func (fl *following) publishEvent(ctx context.Context, ev a2a.Event, parts map[a2a.ArtifactID]int) bool {
 	if id := taskIDOf(ev); id != "" && id != a2a.TaskID(fl.agentTask) {
-		fl.logAgent("foreign", "agent sent an event of another task: ignored", errors.New("task id "+strconv.Quote(clipAgentText(string(id)))))
+		fl.logAgent("foreign", "agent sent an event of another task: ignored", ownWords("another task id"))
 		return true
+	}
+	if t, ok := ev.(*a2a.Task); ok {
+		clear(parts)
+		for _, a := range t.Artifacts {
+			if a != nil {
+				parts[a.ID] = len(a.Parts)
+			}
+		}
+		fl.publishSnapshot(ctx, t)
+		return ctx.Err() == nil
 	}
 	o, ok, err := itemOf(ev, parts)
 	if err != nil || !ok {
 		return true
-	}
-	if o.task {
-		fl.mu.Lock()
-		same := bytes.Equal(o.body, fl.lastSnap)
-		fl.mu.Unlock()
-		if same {
-			return true
-		}
 	}
 	fl.publish(ctx, o)
 	return ctx.Err() == nil
@@ -299,7 +344,7 @@ func (fl *following) publish(ctx context.Context, o observation) bool {
 		return true
 	}
 	if len(o.body) > MaxEventBytes {
-		fl.logAgent("too-large", "agent's task change over the event size limit: not applied", errors.New(strconv.Itoa(len(o.body))+" bytes"))
+		fl.logAgent("too-large", "agent's task change over the event size limit: not applied", ownWords(strconv.Itoa(len(o.body))+" bytes"))
 		return false
 	}
 	m := &nats.Msg{Subject: natsbind.EventsSubject(fl.agentID, fl.id), Data: o.body, Header: nats.Header{}}
@@ -323,11 +368,6 @@ func (fl *following) publish(ctx context.Context, o observation) bool {
 		}
 		pause = min(2*pause, 5*time.Second)
 	}
-	if o.task {
-		fl.mu.Lock()
-		fl.lastSnap = o.body
-		fl.mu.Unlock()
-	}
 	if o.terminal {
 		fl.ended.Store(true)
 	}
@@ -346,8 +386,12 @@ func tooLarge(err error) bool {
 }
 
 func (fl *following) logAgent(kind, msg string, err error) {
+	fl.logAgentAt(slog.LevelWarn, kind, msg, err)
+}
+
+func (fl *following) logAgentAt(level slog.Level, kind, msg string, err error) {
 	if ok, held := fl.f.gate.Allow(fl.agentID+"/"+kind, time.Now()); ok {
-		fl.f.Log.Warn(msg, "agent", fl.agentID, "task", fl.id, "err", err, "similar_not_logged", held)
+		fl.f.Log.Log(context.Background(), level, msg, "agent", fl.agentID, "task", fl.id, "err", faultWords(err), "similar_not_logged", held)
 	}
 }
 

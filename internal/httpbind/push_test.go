@@ -106,12 +106,15 @@ func TestPushToken(t *testing.T) {
 }
 
 // Event ids are deterministic, of the allowed alphabet, never the
-// binding's sequenced form, and keep two identical chunks apart.
-func TestEventID(t *testing.T) {
-	item := []byte(`{"artifactUpdate":{"taskId":"x","contextId":"c","append":true,"artifact":{"artifactId":"ra","parts":[{"text":"a"}]}}}`)
-	id := EventID(item, 1)
-	if id != EventID(item, 1) || id == EventID(item, 2) || id == EventID(item, -1) {
-		t.Fatal("ids not deterministic or not apart by position")
+// binding's sequenced form, the same for one change however it was
+// observed (a stream's update, a GetTask snapshot), apart for two tasks,
+// and keep two identical chunks apart.
+func TestContentID(t *testing.T) {
+	id := ContentID("x", "chunk@1", []byte(`{"artifactId":"ra","parts":[{"text":"a"}]}`))
+	if id != ContentID("x", "chunk@1", []byte(`{"artifactId":"ra","parts":[{"text":"a"}]}`)) ||
+		id == ContentID("x", "chunk@2", []byte(`{"artifactId":"ra","parts":[{"text":"a"}]}`)) ||
+		id == ContentID("y", "chunk@1", []byte(`{"artifactId":"ra","parts":[{"text":"a"}]}`)) {
+		t.Fatal("ids not deterministic, or not apart by position or task")
 	}
 	if !strings.HasPrefix(id, EventIDPrefix) || len(id) > task.MaxEventIDBytes || strings.ContainsAny(id, ".") {
 		t.Fatalf("id %q", id)
@@ -123,6 +126,19 @@ func TestEventID(t *testing.T) {
 	two, _, _ := itemOf(chunk, parts)
 	if one.msgID == two.msgID || first.msgID == one.msgID {
 		t.Fatalf("identical chunks share an id: %s %s %s", first.msgID, one.msgID, two.msgID)
+	}
+	// The input-required status a stream reported, read again by GetTask
+	// (after the host answered, before the agent took the answer): one id.
+	ts := time.Date(2026, 12, 2, 7, 11, 57, 0, time.UTC)
+	st := a2a.TaskStatus{State: a2a.TaskStateInputRequired, Timestamp: &ts, Message: a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("verified?"))}
+	streamed, _, _ := itemOf(&a2a.TaskStatusUpdateEvent{TaskID: "x", ContextID: "c", Status: st}, nil)
+	snap, err := snapshotOf(&a2a.Task{ID: "x", ContextID: "c", Status: st,
+		Artifacts: []*a2a.Artifact{{ID: "ra", Parts: a2a.ContentParts{a2a.NewTextPart("a")}}}})
+	if err != nil || len(snap) != 2 {
+		t.Fatalf("snapshot: %v, %d observations, want the artifact and the status", err, len(snap))
+	}
+	if snap[1].msgID != streamed.msgID || snap[0].msgID != first.msgID {
+		t.Fatalf("one change, two ids: status %s / %s, artifact %s / %s", snap[1].msgID, streamed.msgID, snap[0].msgID, first.msgID)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 
 	sdk "github.com/a2aproject/a2a-go/v2/a2a"
@@ -204,3 +205,53 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 	}
 	return fmt.Errorf("httpbind: agent %s: %s answer is not valid A2A 1.0: %w", agentID, method, a2a.ErrDecode)
 }
+
+// faultWords says, in a2ad's words, why a call to an agent failed, for
+// logs: a2a-go's errors quote what the agent answered (its error message),
+// which is agent text and stays out of a2ad's logs. a2ad's own errors
+// (limits, origins, redirects, URLs, credentials) say themselves.
+func faultWords(err error) string {
+	var (
+		le *LimitError
+		oe *OriginError
+		re *RedirectError
+		ae *AuthError
+		ue *URLError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &le):
+		return le.Error()
+	case errors.As(err, &oe):
+		return oe.Error()
+	case errors.As(err, &re):
+		return re.Error()
+	case errors.As(err, &ae):
+		return ae.Error()
+	case errors.As(err, &ue):
+		return ue.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within the call's timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, errOwnWords):
+		return err.Error()
+	}
+	for _, m := range sdkCodes {
+		if errors.Is(err, m.err) {
+			return "the agent answered " + a2a.CodeName(m.code)
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return "the connection to the agent failed"
+	}
+	return "the request failed"
+}
+
+// errOwnWords marks an error whose text is a2ad's own (no agent text).
+var errOwnWords = errors.New("")
+
+// ownWords is an error of a2ad's text, logged as it is.
+func ownWords(text string) error { return fmt.Errorf("%s%w", text, errOwnWords) }
