@@ -164,7 +164,12 @@ type benchReport struct {
 	// reporting WORKING, the artifact and COMPLETED as three events, each
 	// published once JetStream acknowledged the one before.
 	DelegationThreeEvents []benchFigures `json:"delegation_three_events"`
-	Ratios                []benchRatios  `json:"ratios"`
+	// DelegationHTTP is the same delegation to the reference agent served
+	// over A2A's HTTP binding (JSON-RPC, a2a-go's a2asrv, in process): the
+	// brief by SendMessage, WORKING, the artifact and COMPLETED observed on
+	// its SubscribeToTask stream and published as events by a2ad.
+	DelegationHTTP []benchFigures `json:"delegation_http"`
+	Ratios         []benchRatios  `json:"ratios"`
 
 	// Isolation is the honest delegation at concurrency 1, idle and while
 	// a hostile agent floods (--flood).
@@ -314,6 +319,7 @@ func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup t
 		}
 		rep.NATS, rep.Trivial = append(rep.NATS, f.raw), append(rep.Trivial, f.trivial)
 		rep.Delegation, rep.DelegationThreeEvents = append(rep.Delegation, f.del), append(rep.DelegationThreeEvents, f.del3)
+		rep.DelegationHTTP = append(rep.DelegationHTTP, f.http)
 	}
 	if o.Flood {
 		if rep.Isolation, err = env.isolation(ctx, warmup, o.Duration, o.FloodProfile, progress); err != nil {
@@ -380,7 +386,7 @@ func (env *benchEnv) isolation(ctx context.Context, warmup, d time.Duration, pro
 
 // levelFigures are the round trips measured at one concurrency.
 type levelFigures struct {
-	raw, trivial, del, del3 benchFigures
+	raw, trivial, del, del3, http benchFigures
 }
 
 // level measures the round trips with n hosts (n callers of the raw NATS
@@ -425,9 +431,17 @@ func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, 
 		return f, err
 	}
 	env.agent.SetReportAtOnce(false)
-	f.del3, err = run("delegation, agent answers in three events", delegate)
+	if f.del3, err = run("delegation, agent answers in three events", delegate); err != nil {
+		return f, err
+	}
+	f.http, err = run("delegation to the HTTP agent (JSON-RPC, stream)", func(ctx context.Context, w int) error {
+		return delegateTo(ctx, hosts[w], benchHTTPAgent, env.cases.Add(1))
+	})
 	return f, err
 }
+
+// benchHTTPAgent is the id of the reference agent over HTTP in the bench.
+const benchHTTPAgent = "fraud-review-http"
 
 func startCPUProfile(path string) (func() error, error) {
 	f, err := os.Create(path)
@@ -455,6 +469,7 @@ type benchEnv struct {
 	echoReq  *nats.Conn // requester of the raw NATS round trip
 	echoResp *nats.Conn // responder
 	payload  []byte
+	stopHTTP func() // the reference agent over HTTP
 	floor    *http.Server
 	floorURL string
 	floorAud string
@@ -472,7 +487,12 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int)
 			env.stop()
 		}
 	}()
-	cfg := inProcessConfig(dir, "")
+	_, httpAgentURL, stopHTTP, err := startHTTPAgent(nil, nil)
+	if err != nil {
+		return env, err
+	}
+	env.stopHTTP = stopHTTP
+	cfg := inProcessConfig(dir, httpAgentURL)
 	// The hostile agent of --flood: configured, with the default limits,
 	// for a tenant of its own.
 	cfg.Agents = append(cfg.Agents, daemon.AgentConfig{AgentConfig: agentcard.AgentConfig{ID: benchHostile, Tenants: []string{"acme"}}})
@@ -494,6 +514,9 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int)
 		return env, fmt.Errorf("bench: %w", err)
 	}
 	if err := waitDelegable(ctx, env.d, "fraud-review"); err != nil {
+		return env, err
+	}
+	if err := waitDelegable(ctx, env.d, benchHTTPAgent); err != nil {
 		return env, err
 	}
 
@@ -561,6 +584,9 @@ func (env *benchEnv) stop() {
 		}
 		if env.agent != nil {
 			env.agent.Stop()
+		}
+		if env.stopHTTP != nil {
+			env.stopHTTP()
 		}
 		if env.agentNC != nil {
 			env.agentNC.Close()
@@ -642,10 +668,15 @@ func noopOnce(ctx context.Context, s *mcp.ClientSession) error {
 // threshold, so the agent completes it at once) with its own idempotency
 // key, and waits for completed.
 func delegateOnce(ctx context.Context, s *mcp.ClientSession, n int64) error {
+	return delegateTo(ctx, s, "fraud-review", n)
+}
+
+// delegateTo is delegateOnce to agent.
+func delegateTo(ctx context.Context, s *mcp.ClientSession, agent string, n int64) error {
 	ctx, cancel := context.WithTimeout(ctx, benchCallTimeout)
 	defer cancel()
 	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
-		"agent": "fraud-review", "skill": "assess_refund_risk",
+		"agent": agent, "skill": "assess_refund_risk",
 		"objective": "Assess the fraud risk of this refund request and recommend a risk level.",
 		"evidence": map[string]any{"case_id": "C-" + strconv.FormatInt(n, 10), "amount_cents": 1999, "currency": "EUR",
 			"manual_review_above_cents": 50000, "customer_tenure_days": 900, "prior_refunds_90d": 0},
@@ -1025,7 +1056,8 @@ func (rep *benchReport) print(w io.Writer) error {
 		name string
 		figs []benchFigures
 	}{{"raw NATS request-reply, 1 KB, TCP", rep.NATS}, {"trivial MCP tool call", rep.Trivial},
-		{"delegation to completed, agent: 1 event", rep.Delegation}, {"delegation to completed, agent: 3 events", rep.DelegationThreeEvents}} {
+		{"delegation to completed, agent: 1 event", rep.Delegation}, {"delegation to completed, agent: 3 events", rep.DelegationThreeEvents},
+		{"delegation to completed, HTTP agent (JSON-RPC, stream)", rep.DelegationHTTP}} {
 		for _, f := range s.figs {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", s.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
 				f.CPUusPerOp, f.AllocBytesPerOp/1024)

@@ -49,7 +49,7 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 		t.Errorf("race = %v, want %v (TestMain's build)", rep.Race, wantRace)
 	}
 	figs := map[string][]benchFigures{"nats_request_reply": rep.NATS, "mcp_trivial_call": rep.Trivial, "delegation": rep.Delegation,
-		"delegation_three_events": rep.DelegationThreeEvents}
+		"delegation_three_events": rep.DelegationThreeEvents, "delegation_http": rep.DelegationHTTP}
 	for name, fs := range figs {
 		var conc []int
 		for _, f := range fs {
