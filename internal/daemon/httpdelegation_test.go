@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -375,4 +376,52 @@ func jsonID(body []byte) string {
 		return "null"
 	}
 	return string(req.ID)
+}
+
+// Every request a2ad sends an HTTP agent for a task — the brief's
+// SendMessage, the follower's SubscribeToTask and GetTask — carries
+// A2A-Version: 1.0 and the task's traceparent, and no Authorization
+// (none is configured: the host's token never goes to an agent).
+func TestHTTPAgentRequestsCarryVersionAndTrace(t *testing.T) {
+	type seen struct{ method, version, trace, auth string }
+	var mu sync.Mutex
+	var reqs []seen
+	record := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var rpc struct {
+				Method string `json:"method"`
+			}
+			_ = json.Unmarshal(body, &rpc)
+			if rpc.Method != "" {
+				mu.Lock()
+				reqs = append(reqs, seen{rpc.Method, r.Header.Get("A2A-Version"), r.Header.Get("traceparent"), r.Header.Get("Authorization")})
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	s := startHTTP(t, httpStackOpts{streaming: true, wrap: record})
+	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	done := s.waitEnded(t, got.TaskID, 10*time.Second)
+	r := s.record(t, got.TaskID)
+	if done.State != "completed" || r.TraceParent == "" {
+		t.Fatalf("task %s, traceparent %q", done.State, r.TraceParent)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	methods := map[string]bool{}
+	for _, q := range reqs {
+		methods[q.method] = true
+		if q.version != "1.0" || q.trace != r.TraceParent || q.auth != "" {
+			t.Errorf("%s: A2A-Version %q traceparent %q Authorization %q; want 1.0, %s and none", q.method, q.version, q.trace, q.auth, r.TraceParent)
+		}
+	}
+	if !methods["SendMessage"] || !methods["SubscribeToTask"] {
+		t.Errorf("requests %+v, want SendMessage and SubscribeToTask among them", reqs)
+	}
 }

@@ -315,7 +315,9 @@ func (f *Follower) follow(ctx context.Context, sn task.Snapshot) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer stop()
-		fl.observe(octx, target, push)
+		// Every request of the following carries the task's trace, as
+		// the broker's do (docs/http-binding.md §3).
+		fl.observe(WithTraceparent(octx, r.TraceParent), target, push)
 	})
 	f.hold(octx, stop, r, fl)
 	stop()
