@@ -407,10 +407,3 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// clip shortens an agent-chosen string for a log line.
-func clipAgentText(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
