@@ -274,17 +274,9 @@ type HTTPAgent struct {
 // (pending, quarantined, no usable interface, a required signature that
 // does not verify); [ErrNATSAgent] for one delegated to over NATS.
 func (r *Registry) HTTPTarget(ctx context.Context, agentID string) (HTTPAgent, error) {
-	v, err := r.agentView(ctx, agentID)
+	v, rec, err := r.viewedAgent(ctx, agentID)
 	if err != nil {
 		return HTTPAgent{}, err
-	}
-	var rec *Record
-	if v == nil {
-		rec = r.unregistered(agentID)
-	} else {
-		c := v.rec
-		rec = &c
-		r.view(rec)
 	}
 	switch {
 	case rec == nil:

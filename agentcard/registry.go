@@ -861,17 +861,9 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 	if !slices.Contains(r.agents[agentID].Tenants, tenant) {
 		return nil, nil, ErrAgentNotFound
 	}
-	v, err := r.agentView(ctx, agentID)
+	v, rec, err := r.viewedAgent(ctx, agentID)
 	if err != nil {
 		return nil, nil, err
-	}
-	var rec *Record
-	if v == nil {
-		rec = r.unregistered(agentID)
-	} else {
-		c := v.rec
-		rec = &c
-		r.view(rec)
 	}
 	if rec == nil || !r.visible(rec, tenant) {
 		return nil, nil, ErrAgentNotFound
@@ -890,6 +882,25 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 
 // agentView is the agent's stored record from memory, or else read from the
 // bucket; nil (and no error) when none is stored.
+// viewedAgent returns agentID's view (nil: none stored) and its record as
+// this registry reads it ([Registry.view]; an unregistered configured
+// agent's, or nil for an agent neither stored nor configured).
+func (r *Registry) viewedAgent(ctx context.Context, agentID string) (*agentView, *Record, error) {
+	v, err := r.agentView(ctx, agentID)
+	if err != nil {
+		return nil, nil, err
+	}
+	var rec *Record
+	if v == nil {
+		rec = r.unregistered(agentID)
+	} else {
+		c := v.rec
+		rec = &c
+		r.view(rec)
+	}
+	return v, rec, nil
+}
+
 func (r *Registry) agentView(ctx context.Context, agentID string) (*agentView, error) {
 	r.watchOnce.Do(r.startWatch)
 	if r.live.Load() {

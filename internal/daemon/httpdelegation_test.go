@@ -292,8 +292,7 @@ func TestHTTPAgentCancelAndDeadline(t *testing.T) {
 func cutFirstSend(cut *atomic.Bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			body := peekBody(r)
 			isSend := strings.Contains(string(body), `"SendMessage"`) || strings.HasSuffix(r.URL.Path, "/message:send")
 			if !isSend || !cut.CompareAndSwap(false, true) {
 				next.ServeHTTP(w, r)
@@ -343,8 +342,7 @@ func TestHTTPAgentUndecidableDeliveryFailsTheTask(t *testing.T) {
 	noList := func(next http.Handler) http.Handler {
 		inner := cutFirstSend(&cut)(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			body := peekBody(r)
 			if strings.Contains(string(body), `"ListTasks"`) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":` + jsonID(body) + `,"error":{"code":-32004,"message":"ListTasks is not supported"}}`))
@@ -365,6 +363,13 @@ func TestHTTPAgentUndecidableDeliveryFailsTheTask(t *testing.T) {
 	if n := s.agent.Stats().ByA2ADTask[got.TaskID]; n != 1 {
 		t.Fatalf("the agent got %d briefs of %s, want exactly 1", n, got.TaskID)
 	}
+}
+
+// peekBody reads r's body and leaves it to be read again.
+func peekBody(r *http.Request) []byte {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body
 }
 
 // jsonID is the "id" member of a JSON-RPC request, as JSON.
@@ -388,8 +393,7 @@ func TestHTTPAgentRequestsCarryVersionAndTrace(t *testing.T) {
 	var reqs []seen
 	record := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			body := peekBody(r)
 			var rpc struct {
 				Method string `json:"method"`
 			}
