@@ -192,6 +192,15 @@ type Outbound struct {
 	// binding whose agents do not deduplicate messageId, a2ad asks the
 	// agent what it holds before sending again (docs/http-binding.md §5).
 	Reconcile bool `json:"reconcile,omitempty"`
+	// SentAt is when the message last went out, or an attempt began that
+	// may have sent it: over a binding whose agents do not deduplicate
+	// messageId, "the agent has no such task" is proof only long enough
+	// after it (docs/http-binding.md §5).
+	SentAt time.Time `json:"sent_at,omitzero"`
+	// Unanswered marks a message one of whose sends was written to the
+	// agent and never answered (a timeout, a reset): the agent may still
+	// be working on it, so finding no task is no proof it has none.
+	Unanswered bool `json:"unanswered,omitempty"`
 }
 
 // Chunks is how one artifact's chunks arrived (A2A 1.0

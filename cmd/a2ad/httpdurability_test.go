@@ -156,7 +156,7 @@ func TestKillWithHTTPAgentLosesNothing(t *testing.T) {
 			if id == "" {
 				id = h2.mustCall("delegate", args).TaskID // the host never got an answer: it retries with its key
 			}
-			got := h2.waitFinal(id, 60*time.Second)
+			got := h2.waitFinal(id, 120*time.Second) // a brief whose send is in doubt waits out ReconcileGrace (36 s)
 			checkHTTPCompleted(t, got, settledRecord(t, d2, id), c.caseID, c.amount > 50000)
 			st := agent.Stats()
 			if st.ByA2ADTask[id] != 1 || st.Briefs != 1 {

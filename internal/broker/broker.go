@@ -105,6 +105,11 @@ type Service struct {
 	IdempotencySecret      []byte
 	IdempotencySince       time.Time
 	LegacyIdempotencyUntil time.Time
+	// OnHTTPReply, if set, is given the result of each SendMessage an HTTP
+	// agent answered (a SendMessageResponse), with the task it is for: its
+	// Task may already carry the outcome (httpbind.Follower.PublishReply).
+	// It is called off the host's path and must not block for long.
+	OnHTTPReply func(ctx context.Context, id, agentID, agentTask string, result []byte)
 	// Admission, if set, decides whether a new delegation may be stored
 	// (the JetStream store keeps room for the tasks already delegated).
 	Admission Admission
@@ -120,7 +125,11 @@ type Service struct {
 // schedule of deadlines and outbox deliveries. It may be called before
 // [Service.Run].
 func (s *Service) Track(sn task.Snapshot) {
-	s.scheduler().track(sn.ID, sn.AgentID, dueOf(sn))
+	var deadline time.Time
+	if !sn.Deleted && !sn.State.Terminal() {
+		deadline = sn.Deadline
+	}
+	s.scheduler().track(sn.ID, sn.AgentID, dueOf(sn), deadline)
 	if sn.Idempotent && !sn.Deleted && sn.CreatedAt.Before(s.IdempotencySince) {
 		s.legacyIdempotent.Store(true)
 	}
@@ -299,7 +308,7 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		return nil, err
 	}
 	r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: messageID(r, 1), Params: params,
-		Attempts: 1, NotBefore: now.Add(Lease)}
+		Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
 	for attempt := 0; ; attempt++ {
 		err := s.Tasks.Create(ctx, r)
 		if err == nil {
@@ -323,7 +332,7 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		// offline or refused it) while this one waited: create it anew.
 	}
 	failpoint.Hit("delegate-after-create")
-	if time.Now().After(r.Outbox.NotBefore.Add(-Lease / 2)) {
+	if time.Now().After(r.Outbox.NotBefore.Add(-leaseFor(r) / 2)) {
 		// The create took most of the lease (a leader election): another
 		// instance may start redelivering soon, so leave the delivery to
 		// the scheduler; the host gets the task submitted.
@@ -498,7 +507,7 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 			return err
 		}
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
-			Question: question, Attempts: 1, NotBefore: now.Add(Lease)}
+			Question: question, Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
 		wrote = params
 		return nil
 	})
@@ -508,7 +517,7 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 	if err != nil {
 		return nil, err
 	}
-	if time.Now().After(r.Outbox.NotBefore.Add(-Lease / 2)) {
+	if time.Now().After(r.Outbox.NotBefore.Add(-leaseFor(r) / 2)) {
 		// The write took most of the lease (a leader election): leave the
 		// delivery to the scheduler rather than race another instance.
 		return s.Get(ctx, p, id)

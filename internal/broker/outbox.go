@@ -24,6 +24,18 @@ const (
 	sendTimeout   = 5 * time.Second
 	cancelTimeout = 2 * time.Second
 	Lease         = sendTimeout + time.Second
+	// httpSendTimeout bounds a SendMessage to a standard agent over HTTP:
+	// an a2a-go agent answers even a returnImmediately SendMessage only at
+	// its executor's first event, which an agent that does work first (a
+	// model call) yields seconds later. httpLease is its claim.
+	httpSendTimeout = 30 * time.Second
+	httpLease       = httpSendTimeout + time.Second
+	// ReconcileGrace is how long after a message last went out a
+	// reconciliation that finds nothing is taken for proof that the agent
+	// has nothing: before, the agent may still be working on the request
+	// (storing its task only at its first event), and the message is not
+	// sent again (docs/http-binding.md §5).
+	ReconcileGrace = httpLease + 5*time.Second
 	// MaxCancelAttempts bounds CancelTask deliveries: canceling is best
 	// effort toward the agent, the task is canceled already.
 	MaxCancelAttempts = 8
@@ -88,7 +100,7 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			}
 		}()
 	}
-	timeout := sendTimeout
+	timeout := sendTimeoutFor(r)
 	if o.Method == a2a.MethodCancelTask {
 		timeout = cancelTimeout
 	}
@@ -107,7 +119,9 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		var rec Reconciled
 		var rerr error
 		if o.Reconcile {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			// Reading the agent's tasks is quick for an agent that works: the
+			// NATS send timeout, and never past the deadline.
+			cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline(r, o, sendTimeout))
 			rec, rerr = rc.Reconcile(cctx, r, o)
 			cancel()
 		}
@@ -116,6 +130,28 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			res, err, sent = nil, rerr, false
 		case rec.Verdict == Absent && o.CancelOnReply:
 			return s.clearOutbox(ctx, r.ID, o)
+		case rec.Verdict == Absent && time.Since(o.SentAt) < ReconcileGrace:
+			// Not yet proof: the agent may still be taking the request.
+			res, err, sent = nil, errTooSoon, false
+		case rec.Verdict == Absent && o.Unanswered && !o.CancelOnReply:
+			// The agent took a send of it and never answered: it may still
+			// be at work on it, however long it shows nothing.
+			why := "a send of it reached the agent and was never answered, and the agent shows no task for it; a2ad cannot tell whether it is still at work on it, so it does not send it again"
+			s.Log.Error("delivery outcome unknown and the agent cannot tell: the task fails rather than run twice",
+				"task", r.ID, "agent", r.AgentID, "method", o.Method, "why", why)
+			return s.failDelivery(ctx, r, o, why)
+		case rec.Verdict == Absent:
+			// Recorded before the send, so that a crash right after it
+			// leaves the next attempt its grace.
+			if _, uerr := s.Tasks.Update(context.WithoutCancel(ctx), r.ID, func(cur *task.Record) error {
+				if !sameOutbox(cur.Outbox, o) || cur.Outbox.Attempts != o.Attempts {
+					return errLeaseLost
+				}
+				cur.Outbox.SentAt = time.Now().UTC()
+				return nil
+			}); uerr != nil {
+				res, err, sent = nil, uerr, false
+			}
 		case rec.Verdict == Received:
 			res, sent = rec.Result, false
 		case rec.Verdict == Undecidable && o.CancelOnReply:
@@ -128,7 +164,7 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		}
 	}
 	if sent {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline(r, o, timeout))
 		res, err = b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
 		cancel()
 	}
@@ -136,13 +172,25 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		_, err = decodeTaskReply(res)
 	}
 	out := classify(err)
-	if !sent && out == offline {
-		out = unknown // the agent could not be asked: nothing is known yet
+	_, reconciles := b.(Reconciler)
+	switch {
+	case !sent && out != delivered:
+		out = unknown // the agent could not be asked, or it is too soon: nothing is known yet
+	case reconciles && out == garbled:
+		out = unknown // it may have taken it: the next attempt asks before it sends
 	}
 	if brief {
 		failpoint.Hit("delegate-after-send")
 	}
 	bg := context.WithoutCancel(ctx)
+	if out == delivered && o.Method == a2a.MethodSendMessage && r.HTTP() && s.OnHTTPReply != nil {
+		agentTask := r.AgentTaskID
+		s.background(func() {
+			pctx, cancel := context.WithTimeout(bg, sendTimeout)
+			defer cancel()
+			s.OnHTTPReply(pctx, r.ID, r.AgentID, agentTask, res)
+		})
+	}
 	switch {
 	case out == delivered && brief:
 		// The host need not wait for the outbox to be cleared: until it is,
@@ -255,6 +303,8 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		// A reconciliation that could not be made is owed by the next
 		// attempt too; an attempt that reached nobody owes none.
 		r.Outbox.Unreached = out == offline && !o.Reconcile
+		// A send written and not answered may still be at work at the agent.
+		r.Outbox.Unanswered = r.Outbox.Unanswered || (sent && out == unknown)
 		return nil
 	})
 	return orCurrent(got, uerr)
@@ -270,6 +320,41 @@ func (s *Service) clearOutbox(ctx context.Context, id string, o task.Outbound) (
 		return nil
 	})
 	return orCurrent(got, err)
+}
+
+// errTooSoon: a reconciliation found nothing within ReconcileGrace of the
+// last send; errLeaseLost: another instance claimed the outbox meanwhile.
+var (
+	errTooSoon   = errors.New("the agent shows no such task yet; asked again later, not sent again")
+	errLeaseLost = errors.New("the outbox was claimed by another attempt")
+)
+
+// callDeadline is when a call for outbox o of r given timeout ends: cut at
+// the task's deadline for a SendMessage of an open task, so that the
+// deadline's cancel never waits behind it.
+func callDeadline(r *task.Record, o task.Outbound, timeout time.Duration) time.Time {
+	now := time.Now()
+	dl := now.Add(timeout)
+	if o.Method == a2a.MethodSendMessage && !r.State.Terminal() && r.Deadline.After(now) && r.Deadline.Before(dl) {
+		dl = r.Deadline
+	}
+	return dl
+}
+
+// sendTimeoutFor is how long a SendMessage to r's agent may take.
+func sendTimeoutFor(r *task.Record) time.Duration {
+	if r.HTTP() {
+		return httpSendTimeout
+	}
+	return sendTimeout
+}
+
+// leaseFor is the claim of a delivery to r's agent: its timeout and a margin.
+func leaseFor(r *task.Record) time.Duration {
+	if r.HTTP() {
+		return httpLease
+	}
+	return Lease
 }
 
 // failDelivery ends r, whose outbox o cannot be delivered without risking a
@@ -453,7 +538,7 @@ func (s *Service) background(f func()) {
 // cancelOutbox is the CancelTask request for r (whose agent task id is known).
 func cancelOutbox(r *task.Record, now time.Time) *task.Outbound {
 	params, _ := json.Marshal(a2a.CancelTaskRequest{ID: r.AgentTaskID})
-	return &task.Outbound{Method: a2a.MethodCancelTask, Params: params, Attempts: 1, NotBefore: now.Add(Lease)}
+	return &task.Outbound{Method: a2a.MethodCancelTask, Params: params, Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
 }
 
 // redeliver claims id's outbox if it is due (compare-and-swap: one instance
@@ -469,11 +554,14 @@ func (s *Service) redeliver(ctx context.Context, id string) {
 			return nil
 		}
 		r.Outbox.Attempts++
-		r.Outbox.NotBefore = now.Add(Lease)
+		r.Outbox.NotBefore = now.Add(leaseFor(r))
 		// Unless the last attempt provably reached nobody, its outcome is
 		// unknown (a timeout, or its instance died before recording one).
 		r.Outbox.Reconcile = r.Outbox.Reconcile || !r.Outbox.Unreached
 		r.Outbox.Unreached = false
+		if !r.Outbox.Reconcile {
+			r.Outbox.SentAt = now // this attempt sends
+		}
 		return nil
 	})
 	if err != nil || r.Outbox == nil {
@@ -481,7 +569,7 @@ func (s *Service) redeliver(ctx context.Context, id string) {
 	}
 	if ok, held := s.logs.Allow(r.AgentID+"/redeliver", time.Now()); ok {
 		s.Log.Info("redelivering to the agent", "task", id, "agent", r.AgentID, "method", r.Outbox.Method, "attempt", r.Outbox.Attempts,
-			"similar_not_logged", held)
+			"reconcile_first", r.Outbox.Reconcile && r.HTTP(), "similar_not_logged", held)
 	}
 	if _, err := s.deliver(ctx, r, false); err != nil {
 		if ok, held := s.logs.Allow(r.AgentID+"/settled", time.Now()); ok {
@@ -548,15 +636,16 @@ func dueOf(sn task.Snapshot) time.Time {
 // pool of workers. The task store's watcher feeds it; every instance runs
 // one, and compare-and-swap decides which instance's action takes effect.
 type scheduler struct {
-	mu       sync.Mutex
-	h        dueHeap
-	byID     map[string]*dueItem
-	agentOf  map[string]string // task id → agent id, from the watcher
-	busy     map[string]int    // agent id → actions running
-	inflight map[string]bool   // being acted on; true: fell due again meanwhile
-	wake     chan struct{}
-	stopping chan struct{} // closed when run returns
-	stopOnce sync.Once
+	mu         sync.Mutex
+	h          dueHeap
+	byID       map[string]*dueItem
+	agentOf    map[string]string    // task id → agent id, from the watcher
+	deadlineOf map[string]time.Time // task id → deadline, of open tasks
+	busy       map[string]int       // agent id → actions running
+	inflight   map[string]bool      // being acted on; true: fell due again meanwhile
+	wake       chan struct{}
+	stopping   chan struct{} // closed when run returns
+	stopOnce   sync.Once
 }
 
 type dueItem struct {
@@ -580,18 +669,25 @@ func (h *dueHeap) Pop() any {
 }
 
 func newScheduler() *scheduler {
-	return &scheduler{byID: map[string]*dueItem{}, agentOf: map[string]string{}, busy: map[string]int{}, inflight: map[string]bool{},
+	return &scheduler{byID: map[string]*dueItem{}, agentOf: map[string]string{}, deadlineOf: map[string]time.Time{}, busy: map[string]int{}, inflight: map[string]bool{},
 		wake: make(chan struct{}, 1), stopping: make(chan struct{})}
 }
 
 // track schedules task id of agentID at due, or forgets it when due is
-// zero (the watcher's view of the task).
-func (sc *scheduler) track(id, agentID string, due time.Time) {
+// zero (the watcher's view of the task); deadline is the open task's (zero
+// for an ended one).
+func (sc *scheduler) track(id, agentID string, due, deadline time.Time) {
 	sc.mu.Lock()
 	if due.IsZero() {
 		delete(sc.agentOf, id)
+		delete(sc.deadlineOf, id)
 	} else {
 		sc.agentOf[id] = agentID
+		if deadline.IsZero() {
+			delete(sc.deadlineOf, id)
+		} else {
+			sc.deadlineOf[id] = deadline
+		}
 	}
 	sc.mu.Unlock()
 	sc.set(id, due)
@@ -664,7 +760,10 @@ func (sc *scheduler) run(ctx context.Context, act func(context.Context, string) 
 				sc.inflight[it.id] = true // act again once the running action ends
 				continue
 			}
-			if sc.busy[sc.agentOf[it.id]] >= perAgent {
+			// An agent slow to answer holds at most perAgent actions, but
+			// never its own tasks' deadlines: a task past its deadline is
+			// canceled without waiting for the agent's slots.
+			if dl, ok := sc.deadlineOf[it.id]; sc.busy[sc.agentOf[it.id]] >= perAgent && (!ok || now.Before(dl)) {
 				held = append(held, it.id) // its agent has enough running: soon
 				continue
 			}

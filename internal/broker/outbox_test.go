@@ -137,10 +137,10 @@ func TestSlowAgentDoesNotDelayAnotherAgentsTasks(t *testing.T) {
 	})
 	now := time.Now()
 	for i := range 3 * workers {
-		sc.track(fmt.Sprintf("slow-%d", i), "slow-agent", now)
+		sc.track(fmt.Sprintf("slow-%d", i), "slow-agent", now, now.Add(time.Hour))
 	}
 	time.Sleep(50 * time.Millisecond)
-	sc.track("fast", "fast-agent", time.Now())
+	sc.track("fast", "fast-agent", time.Now(), time.Now().Add(time.Hour))
 	select {
 	case <-fast:
 	case <-time.After(5 * time.Second):
@@ -151,5 +151,36 @@ func TestSlowAgentDoesNotDelayAnotherAgentsTasks(t *testing.T) {
 	defer mu.Unlock()
 	if most != perAgent {
 		t.Fatalf("the slow agent had %d actions running at once, want %d", most, perAgent)
+	}
+}
+
+// An agent slow to answer keeps its slots busy (every action waits out a
+// timeout), but one of its own tasks past its deadline is acted on at
+// once: a hanging agent cannot postpone its tasks' deadlines.
+func TestDeadlineIsNotHeldBehindTheAgentsSlots(t *testing.T) {
+	sc := newScheduler()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	defer close(release)
+	expired := make(chan struct{})
+	go sc.run(ctx, func(_ context.Context, id string) time.Time {
+		if id == "expired" {
+			close(expired)
+			return time.Time{}
+		}
+		<-release
+		return time.Time{}
+	})
+	now := time.Now()
+	for i := range 3 * perAgent {
+		sc.track(fmt.Sprintf("busy-%d", i), "hanging-agent", now, now.Add(time.Hour))
+	}
+	time.Sleep(50 * time.Millisecond)
+	sc.track("expired", "hanging-agent", time.Now(), time.Now().Add(-time.Millisecond))
+	select {
+	case <-expired:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a task past its deadline waited behind its agent's busy slots")
 	}
 }

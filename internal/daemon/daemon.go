@@ -332,12 +332,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		// Tasks of earlier versions are found by their ids for as long as
 		// one delegated before the key existed may still run.
 		LegacyIdempotencyUntil: idemSince.Add(time.Duration(limitsOfBriefs.MaxDeadlineSeconds) * time.Second)}
-	d.httpb, err = newHTTPBinding(ctx, cfg, agents, js, log)
+	d.httpb, err = newHTTPBinding(ctx, cfg, agents, js, d.lock != nil, log)
 	if err != nil {
 		return nil, err
 	}
 	d.Service.Bindings[agentcard.BindingJSONRPC] = d.httpb.binding
 	d.Service.Bindings[agentcard.BindingHTTPJSON] = d.httpb.binding
+	d.Service.OnHTTPReply = d.httpb.follower.PublishReply
 	policies := map[string]artifact.Policy{}
 	limits := map[string]task.EventLimits{}
 	for _, a := range cfg.Agents {

@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
@@ -24,7 +28,7 @@ type httpBinding struct {
 // newHTTPBinding builds the HTTP binding over the agents of cfg. The
 // follower's Store is set, and it is run, once the task store exists; its
 // push webhook needs PushBaseURL (set when public_url is).
-func newHTTPBinding(ctx context.Context, cfg Config, agents *agentcard.Registry, js jetstream.JetStream, log *slog.Logger) (*httpBinding, error) {
+func newHTTPBinding(ctx context.Context, cfg Config, agents *agentcard.Registry, js jetstream.JetStream, lockedDataDir bool, log *slog.Logger) (*httpBinding, error) {
 	auth := map[string]httpbind.AgentConfig{}
 	for _, a := range cfg.Agents {
 		auth[a.ID] = a.HTTP
@@ -36,7 +40,33 @@ func newHTTPBinding(ctx context.Context, cfg Config, agents *agentcard.Registry,
 	if err != nil {
 		return nil, err
 	}
-	return &httpBinding{binding: b, follower: &httpbind.Follower{Binding: b, JS: js, Owner: rand.Text(), PushSecret: pushKey, Log: log}}, nil
+	// With an external NATS the data directory is not locked (instances
+	// may share one): each process is then an owner of its own.
+	owner := rand.Text()
+	if lockedDataDir {
+		if owner, err = instanceID(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	return &httpBinding{binding: b, follower: &httpbind.Follower{Binding: b, JS: js, Owner: owner, PushSecret: pushKey, Log: log}}, nil
+}
+
+// instanceID is this instance's id as follow leases name it: made once and
+// kept in the data directory, which one process at a time holds (its
+// lock, taken with the embedded NATS server), so that a restarted instance resumes its own follows at once
+// instead of waiting for their leases to lapse.
+func instanceID(dataDir string) (string, error) {
+	p := filepath.Join(dataDir, "instance-id")
+	if b, err := os.ReadFile(p); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	}
+	id := rand.Text()
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	return id, nil
 }
 
 // httpLookup finds an HTTP agent's target in the registry, as approved

@@ -241,6 +241,10 @@ func (f *Follower) take(ctx context.Context, id, mode string) (*task.Record, err
 		if l := r.Follow; l != nil && l.Owner != f.Owner && l.Until.After(now) {
 			return fmt.Errorf("%w (%s until %s)", errLeaseHeld, l.Owner, l.Until.Format(time.RFC3339Nano))
 		}
+		if l := r.Follow; l != nil && l.Owner != f.Owner {
+			f.Log.Info("following an HTTP agent's task whose follower's lease lapsed", "task", r.ID, "agent", r.AgentID,
+				"previous_owner", l.Owner, "lapsed", now.Sub(l.Until).Round(time.Millisecond))
+		}
 		r.Follow = &task.FollowLease{Owner: f.Owner, Until: now.Add(f.lease()), Mode: mode}
 		return nil
 	})

@@ -407,3 +407,31 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// PublishReply publishes, as events of task id (agent agentID, whose task
+// there is agentTask), the Task an agent returned in its SendMessage reply
+// (result: a SendMessageResponse, {"task":…}) when it already carries an
+// outcome — a terminal or interrupted state: an agent that finished before
+// it answered reports its result only there, and its GetTask may not find
+// the task any more. Other replies change nothing the follower does not
+// see itself. The events' ids are the follower's (ContentID), so the same
+// change seen again on a stream applies once. For the broker
+// (broker.Service.OnHTTPReply).
+func (f *Follower) PublishReply(ctx context.Context, id, agentID, agentTask string, result []byte) {
+	var sr a2a.StreamResponse
+	if err := json.Unmarshal(result, &sr); err != nil {
+		return
+	}
+	t, ok := sr.Event.(*a2a.Task)
+	if !ok || t == nil || (agentTask != "" && t.ID != a2a.TaskID(agentTask)) {
+		return
+	}
+	switch t.Status.State {
+	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+	default:
+		if !t.Status.State.Terminal() {
+			return
+		}
+	}
+	fl := &following{f: f, id: id, agentID: agentID, agentTask: string(t.ID)}
+	fl.publishSnapshot(ctx, t)
+}
