@@ -410,6 +410,13 @@ func treeMembers(v any) int {
 	return 0
 }
 
+// DuplicateMember reports whether valid JSON text b has, anywhere, an
+// object with two members of one name (RFC 8259 §4: names SHOULD be
+// unique; Go's decoder keeps the last, other readers the first), and
+// where, as [duplicateMember] names it. For bindings that decode an
+// agent's answer before a2ad's own checks see it (internal/httpbind).
+func DuplicateMember(b []byte) (string, bool) { return duplicateMember(b) }
+
 // duplicateMember reports whether valid JSON text b has an object with two
 // members of one name (RFC 8259 §4: names SHOULD be unique), and the
 // pointer of the first such object — array indexes only below the root's

@@ -5,11 +5,13 @@ package daemon_test
 // unanswered-send rule of internal/broker/outbox.go.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,5 +165,44 @@ func TestHTTPAgentOutcomeInTheReplyIsApplied(t *testing.T) {
 	}
 	if r := s.record(t, got.TaskID); r.AgentTaskID != "sync-1" || completions(r) != 1 {
 		t.Errorf("record: agent task %q, %d completions", r.AgentTaskID, completions(r))
+	}
+}
+
+// An artifact with two members of one name ("risk_level":"high", …,
+// "risk_level":"low") reaches a2ad's checks over NATS as it was sent and
+// is refused (duplicate_member). Over HTTP a2a-go decodes the agent's
+// answer first and would keep one of them silently: a2ad refuses such an
+// answer whole, so the task never completes with a value other readers
+// of the same bytes do not see.
+func TestHTTPAgentDuplicateMemberIsNeverAccepted(t *testing.T) {
+	dup := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			b := rec.Body.Bytes()
+			// The reference agent's artifact, with a second risk_level.
+			b = bytes.ReplaceAll(b, []byte(`"risk_level":"low"`), []byte(`"risk_level":"high","risk_level":"low"`))
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.Header().Del("Content-Length")
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(b)
+		})
+	}
+	for _, streaming := range []bool{false, true} {
+		t.Run(map[bool]string{false: "polled", true: "streamed"}[streaming], func(t *testing.T) {
+			s := startHTTP(t, httpStackOpts{streaming: streaming, wrap: dup})
+			args := httpDelegateArgs(evidence("C-7", 1999), 4)
+			args["wait_seconds"] = 0
+			got, errText := s.call(t, "delegate", args, nil)
+			if errText != "" {
+				t.Fatal(errText)
+			}
+			final := s.waitEnded(t, got.TaskID, 15*time.Second)
+			if final.State == "completed" || len(final.Artifacts) != 0 {
+				t.Fatalf("task %s with artifacts %+v: an answer with a duplicate member was taken", final.State, final.Artifacts)
+			}
+		})
 	}
 }

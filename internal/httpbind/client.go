@@ -246,7 +246,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = resp.Body.Close()
 		return nil, lb.err
 	}
-	resp.Body = lb
+	if sse {
+		resp.Body = &checkedEvents{agentID: t.agentID, rc: lb}
+		return resp, nil
+	}
+	body, err := checkedBody(t.agentID, lb)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = body
 	return resp, nil
 }
 

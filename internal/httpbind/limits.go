@@ -1,10 +1,14 @@
 package httpbind
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/a2ad/a2ad/artifact"
 
 	"github.com/a2ad/a2ad/internal/a2a"
 )
@@ -137,3 +141,119 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// DuplicateError: an agent's answer (a response body, or one event of its
+// stream) has an object with two members of one name. Decoded by a2a-go
+// it would keep one of them silently, and a2ad's own checks (artifact
+// validation among them) would see a value other readers do not: refused
+// whole, as an answer that is not A2A 1.0 a2ad takes (a2a.ErrDecode).
+type DuplicateError struct {
+	AgentID string
+	// What is "response body" or "stream event".
+	What string
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("httpbind: agent %s: %s has an object with two members of one name (RFC 8259 §4); refused", e.AgentID, e.What)
+}
+
+// Unwrap makes the error a2a.ErrDecode's class.
+func (e *DuplicateError) Unwrap() error { return a2a.ErrDecode }
+
+// checkedBody reads a whole response body (bounded before it) and checks
+// it for duplicate member names before anyone decodes it.
+func checkedBody(agentID string, rc io.ReadCloser) (io.ReadCloser, error) {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	if json.Valid(b) {
+		if _, dup := artifact.DuplicateMember(b); dup {
+			return nil, &DuplicateError{AgentID: agentID, What: "response body"}
+		}
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// checkedEvents passes a Server-Sent Events stream on one event at a time,
+// each once its data (the lines after "data:", joined) has been checked
+// for duplicate member names: an event with one ends the stream with a
+// *DuplicateError. Events are bounded before it (limitedBody).
+type checkedEvents struct {
+	agentID string
+	rc      io.ReadCloser
+	in      []byte // read, not yet a whole event
+	out     []byte // checked, not yet handed on
+	err     error
+}
+
+func (c *checkedEvents) Read(p []byte) (int, error) {
+	for len(c.out) == 0 {
+		if c.err != nil {
+			return 0, c.err
+		}
+		buf := make([]byte, 32<<10)
+		n, err := c.rc.Read(buf)
+		c.in = append(c.in, buf[:n]...)
+		for {
+			i, sep := eventEnd(c.in)
+			if i < 0 {
+				break
+			}
+			ev := c.in[:i+sep]
+			if !eventDataUnique(ev) {
+				c.err = &DuplicateError{AgentID: c.agentID, What: "stream event"}
+				c.in = nil
+				break
+			}
+			c.out = append(c.out, ev...)
+			c.in = c.in[i+sep:]
+		}
+		if err != nil && c.err == nil {
+			// The rest (an event without its blank line) goes on as it is:
+			// a2a-go's parser decides what it is.
+			if len(c.in) > 0 && eventDataUnique(c.in) {
+				c.out = append(c.out, c.in...)
+			}
+			c.in, c.err = nil, err
+		}
+	}
+	n := copy(p, c.out)
+	c.out = c.out[n:]
+	return n, nil
+}
+
+func (c *checkedEvents) Close() error { return c.rc.Close() }
+
+// eventEnd finds the blank line that ends the first event of b: its index
+// and the separator's length, or -1.
+func eventEnd(b []byte) (int, int) {
+	best, sepLen := -1, 0
+	for _, sep := range []string{"\n\n", "\r\n\r\n", "\r\r"} {
+		if i := bytes.Index(b, []byte(sep)); i >= 0 && (best < 0 || i < best) {
+			best, sepLen = i, len(sep)
+		}
+	}
+	return best, sepLen
+}
+
+// eventDataUnique reports whether the data of one SSE event, as JSON, has
+// no object with two members of one name (data that is not JSON is
+// a2a-go's to refuse).
+func eventDataUnique(ev []byte) bool {
+	var data []byte
+	for _, line := range bytes.Split(bytes.ReplaceAll(ev, []byte("\r\n"), []byte("\n")), []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
+		}
+	}
+	if !json.Valid(data) {
+		return true
+	}
+	_, dup := artifact.DuplicateMember(data)
+	return !dup
+}

@@ -153,11 +153,14 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 	wrote, status, bodyErr := ci.snapshot()
 	var (
 		le *LimitError
+		de *DuplicateError
 		ae *AuthError
 		re *RedirectError
 		oe *OriginError
 	)
 	switch {
+	case errors.As(err, &de):
+		return de
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &oe):
@@ -213,6 +216,7 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 func faultWords(err error) string {
 	var (
 		le *LimitError
+		de *DuplicateError
 		oe *OriginError
 		re *RedirectError
 		ae *AuthError
@@ -223,6 +227,8 @@ func faultWords(err error) string {
 		return ""
 	case errors.As(err, &le):
 		return le.Error()
+	case errors.As(err, &de):
+		return de.Error()
 	case errors.As(err, &oe):
 		return oe.Error()
 	case errors.As(err, &re):
