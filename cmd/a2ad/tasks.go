@@ -438,7 +438,11 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 	if r.Reason != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", r.Reason)
 	}
-	fmt.Fprintf(tw, "Agent:\t%s (skill %s, agent task %s)\n", r.AgentID, r.Skill, r.AgentTaskID)
+	agentTask := r.AgentTaskID
+	if agentTask == "" {
+		agentTask = "not known"
+	}
+	fmt.Fprintf(tw, "Agent:\t%s (skill %s, agent task %s)\n", r.AgentID, r.Skill, agentTask)
 	fmt.Fprintf(tw, "Tenant:\t%s (subject %s)\n", r.Tenant, r.Subject)
 	fmt.Fprintf(tw, "Age:\t%s (created %s)\n", age(now, r.CreatedAt), r.CreatedAt.Format(time.RFC3339))
 	fmt.Fprintf(tw, "Deadline:\t%s\n", r.Deadline.Format(time.RFC3339))

@@ -48,9 +48,13 @@ type AuthError struct {
 
 func (e *AuthError) Error() string {
 	if e.Status != 0 {
-		return fmt.Sprintf("httpbind: agent %s refused a2ad's credentials (%s): HTTP %d %s", e.AgentID, e.Kind, e.Status, e.Reason)
+		code := CodeUnauthenticated
+		if e.Status == http.StatusForbidden {
+			code = CodeUnauthorized
+		}
+		return fmt.Sprintf("agent %s refused a2ad's credentials (%s): HTTP %d %s (A2A error %d)", e.AgentID, e.Kind, e.Status, e.Reason, code)
 	}
-	return fmt.Sprintf("httpbind: agent %s: no credential to send (%s): %s", e.AgentID, e.Kind, e.Reason)
+	return fmt.Sprintf("agent %s: no credential to send (%s): %s", e.AgentID, e.Kind, e.Reason)
 }
 
 // Unwrap gives the error its broker class.
@@ -74,7 +78,7 @@ type credential interface {
 func newCredential(agentID string, a Auth, tokenClient *http.Client) (credential, error) {
 	switch {
 	case a.BearerTokenFile != "" && a.OAuth2 != nil:
-		return nil, fmt.Errorf("httpbind: agent %s: auth sets both bearer_token_file and oauth2; want at most one", agentID)
+		return nil, fmt.Errorf("agent %s: auth sets both bearer_token_file and oauth2; want at most one", agentID)
 	case a.BearerTokenFile != "":
 		c := &bearerFile{agentID: agentID, path: a.BearerTokenFile}
 		if _, err := c.token(); err != nil {
@@ -158,11 +162,11 @@ type oauth2Credential struct {
 func newOAuth2(agentID string, o *OAuth2, tokenClient *http.Client) (*oauth2Credential, error) {
 	switch {
 	case o.TokenURL == "":
-		return nil, fmt.Errorf("httpbind: agent %s: auth.oauth2.token_url is empty; want the token endpoint's https URL", agentID)
+		return nil, fmt.Errorf("agent %s: auth.oauth2.token_url is empty; want the token endpoint's https URL", agentID)
 	case o.ClientID == "":
-		return nil, fmt.Errorf("httpbind: agent %s: auth.oauth2.client_id is empty", agentID)
+		return nil, fmt.Errorf("agent %s: auth.oauth2.client_id is empty", agentID)
 	case o.ClientSecretFile == "":
-		return nil, fmt.Errorf("httpbind: agent %s: auth.oauth2.client_secret_file is empty; want a file holding the client secret", agentID)
+		return nil, fmt.Errorf("agent %s: auth.oauth2.client_secret_file is empty; want a file holding the client secret", agentID)
 	}
 	if _, err := checkURL(agentID, o.TokenURL); err != nil {
 		return nil, err

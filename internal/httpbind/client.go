@@ -30,7 +30,7 @@ type URLError struct {
 }
 
 func (e *URLError) Error() string {
-	return fmt.Sprintf("httpbind: agent %s: URL refused: %s", e.AgentID, e.Reason)
+	return fmt.Sprintf("agent %s: URL refused: %s", e.AgentID, e.Reason)
 }
 
 // Unwrap: nothing was sent.
@@ -47,7 +47,7 @@ type OriginError struct {
 }
 
 func (e *OriginError) Error() string {
-	return fmt.Sprintf("httpbind: agent %s: request to origin %s refused: only %s, the origin of the agent's interface URL, is allowed", e.AgentID, e.Got, e.Want)
+	return fmt.Sprintf("agent %s: request to origin %s refused: only %s, the origin of the agent's interface URL, is allowed", e.AgentID, e.Got, e.Want)
 }
 
 // Unwrap: nothing was sent.
@@ -64,7 +64,7 @@ type RedirectError struct {
 }
 
 func (e *RedirectError) Error() string {
-	return fmt.Sprintf("httpbind: agent %s answered with a redirect (HTTP %d); redirects are refused on RPCs", e.AgentID, e.Status)
+	return fmt.Sprintf("agent %s answered with a redirect (HTTP %d); redirects are refused on RPCs", e.AgentID, e.Status)
 }
 
 // Unwrap: the agent answered without taking the request.

@@ -46,7 +46,7 @@ type Target struct {
 
 // ErrNotHTTP: the agent has no approved card with an HTTP interface a2ad
 // delegates over now (it is a NATS agent, quarantined, or unknown).
-var ErrNotHTTP = errors.New("httpbind: agent has no HTTP interface a2ad delegates over")
+var ErrNotHTTP = errors.New("agent has no HTTP interface a2ad delegates over")
 
 // Lookup returns agentID's [Target], or an error wrapping [ErrNotHTTP].
 type Lookup func(agentID string) (Target, error)
@@ -182,7 +182,7 @@ func (b *Binding) build(ctx context.Context, t Target) (*a2aclient.Client, *http
 	iface := &a2a.AgentInterface{URL: t.URL, ProtocolBinding: a2a.TransportProtocol(t.Binding), ProtocolVersion: a2a.Version, Tenant: t.Tenant}
 	c, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{iface}, a2aclient.WithDefaultsDisabled(), opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("httpbind: agent %s: no a2a-go client for its interface", t.AgentID)
+		return nil, nil, fmt.Errorf("agent %s: no a2a-go client for its interface", t.AgentID)
 	}
 	return c, hc, nil
 }

@@ -80,7 +80,7 @@ type LimitError struct {
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("httpbind: agent %s: %s larger than a2ad's limit of %d bytes; refused", e.AgentID, e.What, e.Limit)
+	return fmt.Sprintf("agent %s: %s larger than a2ad's limit of %d bytes; refused", e.AgentID, e.What, e.Limit)
 }
 
 // Unwrap makes the error a2a.ErrDecode's class.
@@ -154,7 +154,7 @@ type DuplicateError struct {
 }
 
 func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("httpbind: agent %s: %s has an object with two members of one name (RFC 8259 §4); refused", e.AgentID, e.What)
+	return fmt.Sprintf("agent %s: %s has an object with two members of one name (RFC 8259 §4); refused", e.AgentID, e.What)
 }
 
 // Unwrap makes the error a2a.ErrDecode's class.

@@ -142,7 +142,7 @@ func (b *Binding) reconcileByContext(ctx context.Context, r *task.Record, t Targ
 		}
 		token = list.NextPageToken
 	}
-	return broker.Reconciled{}, fmt.Errorf("httpbind: agent %s: ListTasks has more than %d pages for one context: %w", r.AgentID, maxListPages, a2a.ErrDecode)
+	return broker.Reconciled{}, fmt.Errorf("agent %s: ListTasks has more than %d pages for one context: %w", r.AgentID, maxListPages, a2a.ErrDecode)
 }
 
 // received is the Received verdict with the agent's task as a SendMessage

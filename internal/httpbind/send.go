@@ -56,7 +56,7 @@ func (b *Binding) Send(ctx context.Context, agentID, method string, params json.
 		return nil, fmt.Errorf("%w: %q: %w", ErrMethod, method, a2a.ErrAgentUnreachable)
 	}
 	if err := json.Unmarshal(params, req); err != nil {
-		return nil, fmt.Errorf("httpbind: agent %s: %s params are not A2A 1.0 JSON a2ad can send: %w", agentID, method, a2a.ErrAgentUnreachable)
+		return nil, fmt.Errorf("agent %s: %s params are not A2A 1.0 JSON a2ad can send: %w", agentID, method, a2a.ErrAgentUnreachable)
 	}
 	c, _, err := b.Client(ctx, agentID)
 	if err != nil {
@@ -67,7 +67,7 @@ func (b *Binding) Send(ctx context.Context, agentID, method string, params json.
 	switch r := req.(type) {
 	case *sdk.SendMessageRequest:
 		if r.Message == nil {
-			return nil, fmt.Errorf("httpbind: agent %s: SendMessage params carry no message: %w", agentID, a2a.ErrAgentUnreachable)
+			return nil, fmt.Errorf("agent %s: SendMessage params carry no message: %w", agentID, a2a.ErrAgentUnreachable)
 		}
 		var out sdk.SendMessageResult
 		if out, err = c.SendMessage(cctx, r); err == nil {
@@ -95,7 +95,7 @@ func (b *Binding) Send(ctx context.Context, agentID, method string, params json.
 func encodeResult(agentID, method string, res any) (json.RawMessage, error) {
 	out, err := json.Marshal(res)
 	if err != nil {
-		return nil, fmt.Errorf("httpbind: agent %s: %s result cannot be encoded as A2A 1.0: %w", agentID, method, a2a.ErrDecode)
+		return nil, fmt.Errorf("agent %s: %s result cannot be encoded as A2A 1.0: %w", agentID, method, a2a.ErrDecode)
 	}
 	if method == a2a.MethodSendMessage {
 		_, err = a2a.DecodeSendMessageResponse(out)
@@ -103,7 +103,7 @@ func encodeResult(agentID, method string, res any) (json.RawMessage, error) {
 		_, err = a2a.DecodeTask(out)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("httpbind: agent %s: %s result: %w", agentID, method, err)
+		return nil, fmt.Errorf("agent %s: %s result: %w", agentID, method, err)
 	}
 	return out, nil
 }
@@ -114,7 +114,7 @@ func notSent(agentID string, err error) error {
 	if errors.Is(err, a2a.ErrAgentUnreachable) {
 		return err
 	}
-	return fmt.Errorf("httpbind: agent %s: not sent: %w: %w", agentID, err, a2a.ErrAgentUnreachable)
+	return fmt.Errorf("agent %s: not sent: %w: %w", agentID, err, a2a.ErrAgentUnreachable)
 }
 
 // sdkCodes maps a2a-go's sentinel errors (its JSON-RPC and REST error
@@ -171,9 +171,9 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 		return le
 	case !wrote:
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return fmt.Errorf("httpbind: agent %s: %s not sent before the call's deadline: %w: %w", agentID, method, context.DeadlineExceeded, a2a.ErrAgentUnreachable)
+			return fmt.Errorf("agent %s: %s not sent before the call's deadline: %w: %w", agentID, method, context.DeadlineExceeded, a2a.ErrAgentUnreachable)
 		}
-		return fmt.Errorf("httpbind: agent %s: %s not sent: the agent's address cannot be reached (connection, DNS or TLS handshake failed): %w", agentID, method, a2a.ErrAgentUnreachable)
+		return fmt.Errorf("agent %s: %s not sent: the agent's address cannot be reached (connection, DNS or TLS handshake failed): %w", agentID, method, a2a.ErrAgentUnreachable)
 	}
 	var se *sdk.Error
 	if errors.As(err, &se) {
@@ -190,23 +190,23 @@ func classify(agentID, method string, ci *callInfo, err error) error {
 			// taken it (a task created, then an error). a2a-go agents also
 			// answer so to a message or cancellation that comes while the
 			// execution that asked is winding down. Retried, reconciled first.
-			return fmt.Errorf("httpbind: agent %s: %s answered %s: outcome unknown: %w", agentID, method, a2a.CodeName(code), ErrAgentInternalError)
+			return fmt.Errorf("agent %s: %s answered %s: outcome unknown: %w", agentID, method, a2a.CodeName(code), ErrAgentInternalError)
 		}
 		return &a2a.RPCError{Code: code, Message: a2a.CodeName(code)}
 	}
 	switch {
 	case status == 0:
-		return fmt.Errorf("httpbind: agent %s: %s sent, but no answer came (timeout or connection lost): outcome unknown", agentID, method)
+		return fmt.Errorf("agent %s: %s sent, but no answer came (timeout or connection lost): outcome unknown", agentID, method)
 	case status == http.StatusNotFound, status == http.StatusMethodNotAllowed, status == http.StatusNotImplemented:
 		return &a2a.RPCError{Code: a2a.CodeMethodNotFound, Message: fmt.Sprintf("HTTP %d", status)}
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
 		return &a2a.RPCError{Code: a2a.CodeInvalidRequest, Message: fmt.Sprintf("HTTP %d", status)}
 	case status != http.StatusOK:
-		return fmt.Errorf("httpbind: agent %s: %s answered HTTP %d: outcome unknown", agentID, method, status)
+		return fmt.Errorf("agent %s: %s answered HTTP %d: outcome unknown", agentID, method, status)
 	case bodyErr != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("httpbind: agent %s: %s sent, but its answer did not arrive whole: outcome unknown", agentID, method)
+		return fmt.Errorf("agent %s: %s sent, but its answer did not arrive whole: outcome unknown", agentID, method)
 	}
-	return fmt.Errorf("httpbind: agent %s: %s answer is not valid A2A 1.0: %w", agentID, method, a2a.ErrDecode)
+	return fmt.Errorf("agent %s: %s answer is not valid A2A 1.0: %w", agentID, method, a2a.ErrDecode)
 }
 
 // faultWords says, in a2ad's words, why a call to an agent failed, for

@@ -210,7 +210,7 @@ func TestTimeoutAfterWriteIsUnknown(t *testing.T) {
 	if err == nil || errors.Is(err, a2a.ErrAgentUnreachable) || errors.Is(err, a2a.ErrDecode) || errors.As(err, &re) {
 		t.Fatalf("err = %v, want an unknown outcome", err)
 	}
-	if want := "httpbind: agent fraud: SendMessage sent, but no answer came (timeout or connection lost): outcome unknown"; err.Error() != want {
+	if want := "agent fraud: SendMessage sent, but no answer came (timeout or connection lost): outcome unknown"; err.Error() != want {
 		t.Errorf("err = %q, want %q", err, want)
 	}
 }
