@@ -13,6 +13,7 @@ import (
 	"github.com/a2ad/a2ad/internal/lograte"
 	"github.com/a2ad/a2ad/task"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 )
 
 // DefaultLease is how long a follow lease lasts unless renewed
@@ -67,6 +68,13 @@ type Follower struct {
 
 	// Poll bounds; zero means the defaults (tests shorten them).
 	PollMin, PollMax, PushPoll time.Duration
+	// BytesPerSecond bounds, per agent, the bytes of observed changes this
+	// instance reads and publishes (a token bucket, golang.org/x/time/rate,
+	// burst twice MaxEventBytes): an agent streaming large events as fast
+	// as it can is read no faster (its stream waits, in TCP), so its
+	// decoding and publishing cannot take the CPU other agents' tasks
+	// need (docs/isolation.md). Zero means DefaultObservedBytesPerSecond.
+	BytesPerSecond float64
 
 	once    sync.Once
 	mu      sync.Mutex
@@ -76,6 +84,28 @@ type Follower struct {
 	following sync.Map // task id → *following, the tasks this instance follows now
 
 	gate lograte.Gate // bounds log lines about what agents send
+
+	limMu    sync.Mutex
+	limiters map[string]*rate.Limiter // per agent: BytesPerSecond
+}
+
+// DefaultObservedBytesPerSecond is Follower.BytesPerSecond's default:
+// 4 MiB a second per agent, four of the largest events.
+const DefaultObservedBytesPerSecond = 4 << 20
+
+// limiter is agentID's bucket of observed bytes.
+func (f *Follower) limiter(agentID string) *rate.Limiter {
+	f.limMu.Lock()
+	defer f.limMu.Unlock()
+	if f.limiters == nil {
+		f.limiters = map[string]*rate.Limiter{}
+	}
+	l, ok := f.limiters[agentID]
+	if !ok {
+		l = rate.NewLimiter(rate.Limit(cmp.Or(f.BytesPerSecond, DefaultObservedBytesPerSecond)), 2*MaxEventBytes)
+		f.limiters[agentID] = l
+	}
+	return l
 }
 
 // Default polling and stream backoffs (docs/http-binding.md §6).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"iter"
 	"log/slog"
@@ -666,5 +667,41 @@ func TestFollowBacksOffOnAFullStream(t *testing.T) {
 	}
 	if n := natstest.Messages(t, js, task.EventsStream(followAgent)); n != 1 {
 		t.Fatalf("%d events in the stream, want 1", n)
+	}
+}
+
+// An agent's observed bytes are budgeted per agent (BytesPerSecond): once
+// a flood of large changes spent its bucket, the next of its publishes
+// waits (its stream is read no faster), while another agent's goes at
+// once.
+func TestObservedBytesAreBudgetedPerAgent(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	tr := &task.Tracker{Agents: map[string]task.EventLimits{followAgent: {}, "other-agent": {}}, Log: slog.New(slog.DiscardHandler)}
+	if err := tr.EnsureStreams(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	f := &Follower{JS: js, Owner: "a", BytesPerSecond: 1, Log: slog.New(slog.DiscardHandler)}
+	big := func(agentID, taskID string) (*following, observation) {
+		o, _, err := itemOf(&a2a.TaskStatusUpdateEvent{TaskID: "x", ContextID: "c", Status: a2a.TaskStatus{State: a2a.TaskStateWorking,
+			Message: a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart(strings.Repeat("w", MaxEventBytes*3/4)))}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.msgID += taskID // distinct ids: JetStream would drop repeats
+		return &following{f: f, id: taskID, agentID: agentID, agentTask: "x"}, o
+	}
+	for i := range 2 {
+		fl, o := big(followAgent, fmt.Sprintf("t%d", i))
+		if !fl.publish(context.Background(), o) {
+			t.Fatalf("publish %d within the burst refused", i+1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if fl, o := big(followAgent, "t2"); fl.publish(ctx, o) {
+		t.Fatal("a third large change went out past the agent's spent budget")
+	}
+	if fl, o := big("other-agent", "t3"); !fl.publish(context.Background(), o) {
+		t.Fatal("another agent's change waited behind the flooding agent's budget")
 	}
 }

@@ -347,6 +347,11 @@ func (fl *following) publish(ctx context.Context, o observation) bool {
 		fl.logAgent("too-large", "agent's task change over the event size limit: not applied", ownWords(strconv.Itoa(len(o.body))+" bytes"))
 		return false
 	}
+	// The agent's byte budget: waiting here holds its stream (or its
+	// polls, its pushes) back, in TCP.
+	if err := fl.f.limiter(fl.agentID).WaitN(ctx, len(o.body)); err != nil {
+		return false
+	}
 	m := &nats.Msg{Subject: natsbind.EventsSubject(fl.agentID, fl.id), Data: o.body, Header: nats.Header{}}
 	m.Header.Set(natsbind.HeaderMsgID, o.msgID)
 	pause := 100 * time.Millisecond
