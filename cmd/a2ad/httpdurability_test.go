@@ -111,6 +111,7 @@ func TestKillWithHTTPAgentLosesNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.point, func(t *testing.T) {
+			t.Parallel() // most of each case is waiting out a lease or the reconciliation grace
 			agent, agentURL := httpAgentOn(t, map[string]string{"C-203": refagent.ModeSlow})
 			var env []string
 			if c.point != "while-working" {

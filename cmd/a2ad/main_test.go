@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"github.com/a2ad/a2ad/internal/testlog"
 	"net"
@@ -49,6 +50,14 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", buildArgs...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building a2ad: %v\n%s", err, out)
 		os.Exit(1)
+	}
+	// This package runs the real binary, race-instrumented, through crash
+	// and restart tests that wait out leases and reconciliation graces:
+	// more than go test's default 10 minutes under -race on two cores. Only
+	// that default is raised; a -timeout given on the command line stands.
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil && f.Value.String() == (10*time.Minute).String() {
+		_ = f.Value.Set((25 * time.Minute).String())
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -183,7 +183,9 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		failpoint.Hit("delegate-after-send")
 	}
 	bg := context.WithoutCancel(ctx)
-	if out == delivered && o.Method == a2a.MethodSendMessage && r.HTTP() && s.OnHTTPReply != nil {
+	// Only a reply to a send: a reconciliation's Task (ListTasks leaves the
+	// artifacts out) carries no outcome to apply.
+	if sent && out == delivered && o.Method == a2a.MethodSendMessage && r.HTTP() && s.OnHTTPReply != nil {
 		agentTask := r.AgentTaskID
 		s.background(func() {
 			pctx, cancel := context.WithTimeout(bg, sendTimeout)

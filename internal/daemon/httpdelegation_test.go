@@ -167,6 +167,8 @@ func TestHTTPAgentDelegationCompletes(t *testing.T) {
 			if want := `{"case_id":"C-7","policy_version":"fraud-policy-2026.11","reasons":["no risk signals in the evidence"],"risk_level":"low","score":0.1}`; string(data) != want {
 				t.Errorf("artifact %s, want %s", data, want)
 			}
+			// The follower releases its lease once the store shows the end.
+			waitFor(t, "the follow lease released", func() bool { return s.record(t, got.TaskID).Follow == nil })
 			r := s.record(t, got.TaskID)
 			if r.Binding != tc.want || r.ContextID != "a2ad-"+got.TaskID || r.AgentTaskID == "" || r.Follow != nil || completions(r) != 1 {
 				t.Errorf("record binding %q context %q agent task %q follow %+v completions %d", r.Binding, r.ContextID, r.AgentTaskID, r.Follow, completions(r))
