@@ -339,7 +339,7 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 		s.Log.Info("task stored slowly; its brief goes out with the next redelivery", "task", r.ID)
 		return r, nil
 	}
-	return s.deliver(ctx, r, true)
+	return s.deliverFirst(ctx, r)
 }
 
 // replay answers a repeated delegation: the same brief to the same agent
@@ -523,7 +523,7 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 		return s.Get(ctx, p, id)
 	}
 	failpoint.Hit("respond-after-resume")
-	if _, err := s.deliver(ctx, r, true); err != nil {
+	if _, err := s.deliverFirst(ctx, r); err != nil {
 		return nil, err
 	}
 	return s.Get(ctx, p, id)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/a2a"
@@ -36,6 +37,12 @@ const (
 	// (storing its task only at its first event), and the message is not
 	// sent again (docs/http-binding.md §5).
 	ReconcileGrace = httpLease + 5*time.Second
+	// UnansweredPatience is how long after a message's last send a2ad
+	// keeps asking an agent that took a send of it without answering, or
+	// that cannot be asked, before the task fails delivery_unknown: an
+	// agent that stores its task only at a late first event is found in
+	// that time; it is never sent the message again.
+	UnansweredPatience = 5 * time.Minute
 	// MaxCancelAttempts bounds CancelTask deliveries: canceling is best
 	// effort toward the agent, the task is canceled already.
 	MaxCancelAttempts = 8
@@ -87,6 +94,52 @@ func classify(err error) outcome {
 // refused returns the error with the task back in input-required. Later
 // attempts (redeliveries) never remove a task.
 func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*task.Record, error) {
+	return s.deliverAttempt(ctx, r, first, nil)
+}
+
+// firstReplyWait is how long a host's call waits for an HTTP agent's
+// reply to the message it sent before it gets the task as it stands
+// (submitted, or working after an answer): the send goes on, for up to
+// its 30 s, and is settled when it ends.
+const firstReplyWait = 5 * time.Second
+
+// deliverFirst is the synchronous attempt of a host's call: deliver with
+// first, except that over HTTP the host waits at most firstReplyWait for
+// the agent's reply; after that the attempt goes on detached, as a
+// redelivery would (a refusal then fails the task rather than remove
+// one the host was already given).
+func (s *Service) deliverFirst(ctx context.Context, r *task.Record) (*task.Record, error) {
+	if !r.HTTP() {
+		return s.deliver(ctx, r, true)
+	}
+	type result struct {
+		r   *task.Record
+		err error
+	}
+	done := make(chan result, 1)
+	var detached atomic.Bool
+	s.background(func() {
+		got, err := s.deliverAttempt(context.WithoutCancel(ctx), r, true, &detached)
+		done <- result{got, err}
+	})
+	t := time.NewTimer(firstReplyWait)
+	defer t.Stop()
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if detached.CompareAndSwap(false, true) {
+		return r, nil
+	}
+	res := <-done // it decided meanwhile: its outcome stands
+	return res.r, res.err
+}
+
+// deliverAttempt is deliver; detached, if set, turns first off for the
+// decisions taken after the send (the host no longer waits).
+func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool, detached *atomic.Bool) (*task.Record, error) {
 	o := *r.Outbox
 	brief := first && o.Method == a2a.MethodSendMessage && o.MessageID == messageID(r, 1)
 	var follow *task.Follower
@@ -126,6 +179,11 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 			cancel()
 		}
 		switch {
+		case rerr != nil && !o.CancelOnReply && time.Since(o.SentAt) >= UnansweredPatience:
+			why := "the agent could not be asked whether it has it (" + deliveryFault(rerr) + ") for " + UnansweredPatience.String() + " after it was sent; a2ad does not send it again"
+			s.Log.Error("delivery outcome unknown and the agent cannot tell: the task fails rather than run twice",
+				"task", r.ID, "agent", r.AgentID, "method", o.Method, "why", why)
+			return s.failDelivery(ctx, r, o, why)
 		case rerr != nil:
 			res, err, sent = nil, rerr, false
 		case rec.Verdict == Absent && o.CancelOnReply:
@@ -133,10 +191,13 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		case rec.Verdict == Absent && time.Since(o.SentAt) < ReconcileGrace:
 			// Not yet proof: the agent may still be taking the request.
 			res, err, sent = nil, errTooSoon, false
+		case rec.Verdict == Absent && o.Unanswered && time.Since(o.SentAt) < UnansweredPatience:
+			// The agent took a send of it and did not answer: it may still
+			// be at work on it (storing its task at a late first event).
+			// Asked again, never sent again.
+			res, err, sent = nil, errTooSoon, false
 		case rec.Verdict == Absent && o.Unanswered && !o.CancelOnReply:
-			// The agent took a send of it and never answered: it may still
-			// be at work on it, however long it shows nothing.
-			why := "a send of it reached the agent and was never answered, and the agent shows no task for it; a2ad cannot tell whether it is still at work on it, so it does not send it again"
+			why := "a send of it reached the agent without a valid answer (a timeout, a reset, an error), and in " + UnansweredPatience.String() + " the agent showed no task for it; a2ad cannot tell whether it is at work on it, so it does not send it again"
 			s.Log.Error("delivery outcome unknown and the agent cannot tell: the task fails rather than run twice",
 				"task", r.ID, "agent", r.AgentID, "method", o.Method, "why", why)
 			return s.failDelivery(ctx, r, o, why)
@@ -172,6 +233,9 @@ func (s *Service) deliver(ctx context.Context, r *task.Record, first bool) (*tas
 		_, err = decodeTaskReply(res)
 	}
 	out := classify(err)
+	if detached != nil && !detached.CompareAndSwap(false, true) {
+		first = false // the host was given the task: nothing may remove it now
+	}
 	_, reconciles := b.(Reconciler)
 	switch {
 	case !sent && out != delivered:

@@ -58,9 +58,14 @@ func TestHTTPAgentUnresponsiveGetsOneBrief(t *testing.T) {
 	s := startHTTP(t, httpStackOpts{streaming: true, misbehave: map[string]string{"C-902": "unresponsive"}})
 	args := httpDelegateArgs(evidence("C-902", 100), 20)
 	args["wait_seconds"] = 1
+	start := time.Now()
 	got, errText := s.call(t, "delegate", args, nil)
 	if errText != "" {
 		t.Fatal(errText)
+	}
+	// The host waits for the agent's reply 5 s at most, not the send's 30.
+	if took := time.Since(start); took > 10*time.Second || got.State != "submitted" {
+		t.Errorf("delegate to a silent agent answered %s after %s, want submitted within 5 s and the wait", got.State, took)
 	}
 	done := s.waitEnded(t, got.TaskID, 40*time.Second)
 	n := s.agent.Stats().ByA2ADTask[got.TaskID]

@@ -151,9 +151,15 @@ type DuplicateError struct {
 	AgentID string
 	// What is "response body" or "stream event".
 	What string
+	// Trailing: the body has more than one JSON value (a2a-go would read
+	// the first only), not a duplicate member.
+	Trailing bool
 }
 
 func (e *DuplicateError) Error() string {
+	if e.Trailing {
+		return fmt.Sprintf("agent %s: %s has more after its JSON value; refused", e.AgentID, e.What)
+	}
 	return fmt.Sprintf("agent %s: %s has an object with two members of one name (RFC 8259 §4); refused", e.AgentID, e.What)
 }
 
@@ -161,15 +167,24 @@ func (e *DuplicateError) Error() string {
 func (e *DuplicateError) Unwrap() error { return a2a.ErrDecode }
 
 // checkedBody reads a whole response body (bounded before it) and checks
-// it for duplicate member names before anyone decodes it.
+// it before anyone decodes it: a2a-go decodes the first JSON value of a
+// body and ignores what follows, so the body must be one JSON value with
+// nothing but white space after it, and no object in it may hold two
+// members of one name. A body that is not JSON at all is a2a-go's to
+// refuse.
 func checkedBody(agentID string, rc io.ReadCloser) (io.ReadCloser, error) {
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
 		return nil, err
 	}
-	if json.Valid(b) {
-		if _, dup := artifact.DuplicateMember(b); dup {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var first json.RawMessage
+	if dec.Decode(&first) == nil {
+		if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) > 0 {
+			return nil, &DuplicateError{AgentID: agentID, What: "response body", Trailing: true}
+		}
+		if _, dup := artifact.DuplicateMember(first); dup {
 			return nil, &DuplicateError{AgentID: agentID, What: "response body"}
 		}
 	}
@@ -177,13 +192,18 @@ func checkedBody(agentID string, rc io.ReadCloser) (io.ReadCloser, error) {
 }
 
 // checkedEvents passes a Server-Sent Events stream on one event at a time,
-// each once its data (the lines after "data:", joined) has been checked
-// for duplicate member names: an event with one ends the stream with a
-// *DuplicateError. Events are bounded before it (limitedBody).
+// each once its data has been checked for duplicate member names. It reads
+// events exactly as a2a-go's parser does (lines end at "\n", one "\r"
+// before it dropped; an empty line ends an event; "data:" lines, one
+// space after the colon dropped, joined with "\n"), so no framing can make
+// the two see different events. An event with a duplicate ends the stream
+// with a *DuplicateError. Events are bounded before it (limitedBody).
 type checkedEvents struct {
 	agentID string
 	rc      io.ReadCloser
-	in      []byte // read, not yet a whole event
+	in      []byte // read, not yet released
+	scan    int    // in[:scan] is whole lines of the current event
+	data    []byte // the current event's data so far
 	out     []byte // checked, not yet handed on
 	err     error
 }
@@ -196,27 +216,29 @@ func (c *checkedEvents) Read(p []byte) (int, error) {
 		buf := make([]byte, 32<<10)
 		n, err := c.rc.Read(buf)
 		c.in = append(c.in, buf[:n]...)
-		for {
-			i, sep := eventEnd(c.in)
+		for c.err == nil {
+			i := bytes.IndexByte(c.in[c.scan:], '\n')
 			if i < 0 {
 				break
 			}
-			ev := c.in[:i+sep]
-			if !eventDataUnique(ev) {
-				c.err = &DuplicateError{AgentID: c.agentID, What: "stream event"}
-				c.in = nil
-				break
+			line := bytes.TrimSuffix(c.in[c.scan:c.scan+i], []byte("\r"))
+			c.scan += i + 1
+			if len(line) == 0 {
+				c.release()
+				continue
 			}
-			c.out = append(c.out, ev...)
-			c.in = c.in[i+sep:]
+			c.addLine(line)
 		}
 		if err != nil && c.err == nil {
-			// The rest (an event without its blank line) goes on as it is:
-			// a2a-go's parser decides what it is.
-			if len(c.in) > 0 && eventDataUnique(c.in) {
-				c.out = append(c.out, c.in...)
+			// The stream ended: its last line, and event, as a2a-go takes them.
+			if c.scan < len(c.in) {
+				c.addLine(bytes.TrimSuffix(c.in[c.scan:], []byte("\r")))
+				c.scan = len(c.in)
 			}
-			c.in, c.err = nil, err
+			c.release()
+			if c.err == nil {
+				c.err = err
+			}
 		}
 	}
 	n := copy(p, c.out)
@@ -224,36 +246,31 @@ func (c *checkedEvents) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// addLine takes one line of the current event.
+func (c *checkedEvents) addLine(line []byte) {
+	v, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return
+	}
+	v = bytes.TrimPrefix(v, []byte(" "))
+	if len(c.data) > 0 {
+		c.data = append(c.data, '\n')
+	}
+	c.data = append(c.data, v...)
+}
+
+// release checks the current event's data and hands its bytes on, or ends
+// the stream.
+func (c *checkedEvents) release() {
+	if len(c.data) > 0 && json.Valid(c.data) {
+		if _, dup := artifact.DuplicateMember(c.data); dup {
+			c.err = &DuplicateError{AgentID: c.agentID, What: "stream event"}
+			c.in, c.scan, c.data = nil, 0, nil
+			return
+		}
+	}
+	c.out = append(c.out, c.in[:c.scan]...)
+	c.in, c.scan, c.data = c.in[c.scan:], 0, c.data[:0]
+}
+
 func (c *checkedEvents) Close() error { return c.rc.Close() }
-
-// eventEnd finds the blank line that ends the first event of b: its index
-// and the separator's length, or -1.
-func eventEnd(b []byte) (int, int) {
-	best, sepLen := -1, 0
-	for _, sep := range []string{"\n\n", "\r\n\r\n", "\r\r"} {
-		if i := bytes.Index(b, []byte(sep)); i >= 0 && (best < 0 || i < best) {
-			best, sepLen = i, len(sep)
-		}
-	}
-	return best, sepLen
-}
-
-// eventDataUnique reports whether the data of one SSE event, as JSON, has
-// no object with two members of one name (data that is not JSON is
-// a2a-go's to refuse).
-func eventDataUnique(ev []byte) bool {
-	var data []byte
-	for _, line := range bytes.Split(bytes.ReplaceAll(ev, []byte("\r\n"), []byte("\n")), []byte("\n")) {
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, bytes.TrimPrefix(v, []byte(" "))...)
-		}
-	}
-	if !json.Valid(data) {
-		return true
-	}
-	_, dup := artifact.DuplicateMember(data)
-	return !dup
-}
