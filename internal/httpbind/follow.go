@@ -90,8 +90,8 @@ type Follower struct {
 }
 
 // DefaultObservedBytesPerSecond is Follower.BytesPerSecond's default:
-// 4 MiB a second per agent, four of the largest events.
-const DefaultObservedBytesPerSecond = 4 << 20
+// 1 MiB a second per agent: one of the largest events.
+const DefaultObservedBytesPerSecond = 1 << 20
 
 // limiter is agentID's bucket of observed bytes.
 func (f *Follower) limiter(agentID string) *rate.Limiter {
