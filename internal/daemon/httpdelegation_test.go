@@ -98,6 +98,16 @@ func httpDelegateArgs(ev map[string]any, deadline int) map[string]any {
 	return a
 }
 
+// mustDelegate delegates with args and returns the host's result.
+func (s *httpStack) mustDelegate(t *testing.T, args map[string]any) *mcpedge.TaskOutput {
+	t.Helper()
+	got, errText := s.call(t, "delegate", args, nil)
+	if errText != "" {
+		t.Fatal(errText)
+	}
+	return got
+}
+
 // record returns task id's stored record.
 func (s *httpStack) record(t *testing.T, id string) *task.Record {
 	t.Helper()
@@ -153,10 +163,7 @@ func TestHTTPAgentDelegationCompletes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startHTTP(t, httpStackOpts{streaming: tc.streaming, bindings: tc.bindings})
-			got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-			if errText != "" {
-				t.Fatal(errText)
-			}
+			got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 			if got.State != "completed" {
 				got = s.waitEnded(t, got.TaskID, 10*time.Second)
 			}
@@ -185,12 +192,10 @@ func TestHTTPAgentDelegationCompletes(t *testing.T) {
 func TestHTTPAgentAsksThenCompletes(t *testing.T) {
 	s := startHTTP(t, httpStackOpts{streaming: true})
 	ev := evidence("C-41", 125000)
-	got, errText := s.call(t, "delegate", httpDelegateArgs(ev, 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(ev, 60))
 	for got.State != "input-required" {
 		time.Sleep(20 * time.Millisecond)
+		var errText string
 		if got, errText = s.call(t, "task_get", map[string]any{"task_id": got.TaskID}, nil); errText != "" || task.State(got.State).Terminal() {
 			t.Fatalf("waiting for the question: %s %+v", errText, got)
 		}
@@ -214,10 +219,7 @@ func TestHTTPAgentAsksThenCompletes(t *testing.T) {
 // a NATS agent's: a violating one fails the task and reaches no host.
 func TestHTTPAgentSchemaViolatingArtifactIsRejected(t *testing.T) {
 	s := startHTTP(t, httpStackOpts{streaming: true, misbehave: map[string]string{"C-13": refagent.ModeInvalidArtifact}})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-13", 4500), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-13", 4500), 60))
 	done := s.waitEnded(t, got.TaskID, 10*time.Second)
 	if done.State != "failed" || done.Reason != task.ReasonArtifactRejected || len(done.Artifacts) != 0 {
 		t.Fatalf("task %s (%s) with %d artifacts, want failed (artifact_rejected) with none", done.State, done.Reason, len(done.Artifacts))
@@ -232,10 +234,7 @@ func TestHTTPAgentCancelAndDeadline(t *testing.T) {
 		"C-903": refagent.ModeCancelHangs}})
 	args := httpDelegateArgs(evidence("C-901", 100), 60)
 	args["wait_seconds"] = 0 // a silent agent: nothing to wait for
-	got, errText := s.call(t, "delegate", args, nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, args)
 	waitFor(t, "the agent's task id recorded", func() bool { return s.record(t, got.TaskID).AgentTaskID != "" })
 	start := time.Now()
 	canceled, errText := s.call(t, "task_cancel", map[string]any{"task_id": got.TaskID}, nil)
@@ -317,10 +316,7 @@ func cutFirstSend(cut *atomic.Bool) func(http.Handler) http.Handler {
 func TestHTTPAgentLostReplyIsReconciledNotResent(t *testing.T) {
 	var cut atomic.Bool
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: cutFirstSend(&cut)})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 	if !cut.Load() {
 		t.Fatal("the first SendMessage was not cut")
 	}
@@ -354,10 +350,7 @@ func TestHTTPAgentUndecidableDeliveryFailsTheTask(t *testing.T) {
 		})
 	}
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: noList})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 	done := s.waitEnded(t, got.TaskID, 20*time.Second)
 	if done.State != "failed" || !strings.HasPrefix(done.Reason, task.ReasonDeliveryUnknown) {
 		t.Fatalf("task %s (%s), want failed (delivery_unknown…)", done.State, done.Reason)
@@ -409,10 +402,7 @@ func TestHTTPAgentRequestsCarryVersionAndTrace(t *testing.T) {
 		})
 	}
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: record})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 	done := s.waitEnded(t, got.TaskID, 10*time.Second)
 	r := s.record(t, got.TaskID)
 	if done.State != "completed" || r.TraceParent == "" {

@@ -39,10 +39,7 @@ func TestHTTPAgentSlowToAnswerGetsOneBrief(t *testing.T) {
 		})
 	}
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: hold})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 	done := s.waitEnded(t, got.TaskID, 40*time.Second)
 	time.Sleep(8 * time.Second) // let a held second brief land
 	n := s.agent.Stats().ByA2ADTask[got.TaskID]
@@ -59,10 +56,7 @@ func TestHTTPAgentUnresponsiveGetsOneBrief(t *testing.T) {
 	args := httpDelegateArgs(evidence("C-902", 100), 20)
 	args["wait_seconds"] = 1
 	start := time.Now()
-	got, errText := s.call(t, "delegate", args, nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, args)
 	// The host waits for the agent's reply 5 s at most, not the send's 30.
 	if took := time.Since(start); took > 10*time.Second || got.State != "submitted" {
 		t.Errorf("delegate to a silent agent answered %s after %s, want submitted within 5 s and the wait", got.State, took)
@@ -93,10 +87,7 @@ func TestHTTPAgentOversizeAnswerIsNotARefusal(t *testing.T) {
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: huge})
 	args := httpDelegateArgs(evidence("C-7", 1999), 60)
 	args["wait_seconds"] = 1
-	got, errText := s.call(t, "delegate", args, nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, args)
 	time.Sleep(3 * time.Second)
 	r := s.record(t, got.TaskID)
 	t.Logf("task %s (%s)", r.State, r.Reason)
@@ -160,10 +151,7 @@ func TestHTTPAgentOutcomeInTheReplyIsApplied(t *testing.T) {
 		})
 	}
 	s := startHTTP(t, httpStackOpts{streaming: true, wrap: sync})
-	got, errText := s.call(t, "delegate", httpDelegateArgs(evidence("C-7", 1999), 60), nil)
-	if errText != "" {
-		t.Fatal(errText)
-	}
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-7", 1999), 60))
 	final := s.waitEnded(t, got.TaskID, 10*time.Second)
 	if final.State != "completed" || len(final.Artifacts) != 1 {
 		t.Fatalf("task %s (%s) with %d artifacts, want completed with the reply's artifact", final.State, final.Reason, len(final.Artifacts))
@@ -200,10 +188,7 @@ func TestHTTPAgentDuplicateMemberIsNeverAccepted(t *testing.T) {
 			s := startHTTP(t, httpStackOpts{streaming: streaming, wrap: dup})
 			args := httpDelegateArgs(evidence("C-7", 1999), 4)
 			args["wait_seconds"] = 0
-			got, errText := s.call(t, "delegate", args, nil)
-			if errText != "" {
-				t.Fatal(errText)
-			}
+			got := s.mustDelegate(t, args)
 			final := s.waitEnded(t, got.TaskID, 15*time.Second)
 			if final.State == "completed" || len(final.Artifacts) != 0 {
 				t.Fatalf("task %s with artifacts %+v: an answer with a duplicate member was taken", final.State, final.Artifacts)
