@@ -2,8 +2,7 @@ package main
 
 import (
 	"bytes"
-	"net/http"
-	"net/http/httptest"
+	"github.com/a2ad/a2ad/internal/corpus"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,20 +63,10 @@ func TestAgentsCLIShowsTheBinding(t *testing.T) {
 // first use, is delegable over JSONRPC, and `a2ad agents show` and
 // `agents list` say so.
 func TestAgentsShowHTTPAgent(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/cards/a2a-js-1.3-mixed.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var card []byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(card)
-	}))
-	defer srv.Close()
-	card = []byte(strings.ReplaceAll(string(raw), "http://localhost:41241", srv.URL))
+	cardOrigin := corpus.ServeJSSDKCard(t, "../..")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "a2ad.yaml")
-	_ = os.WriteFile(cfg, []byte("agents:\n  - id: movie-agent\n    tenants: [default]\n    trust_on_first_use: true\n    card_url: "+srv.URL+"\n"), 0o600)
+	_ = os.WriteFile(cfg, []byte("agents:\n  - id: movie-agent\n    tenants: [default]\n    trust_on_first_use: true\n    card_url: "+cardOrigin+"\n"), 0o600)
 	dataDir := filepath.Join(dir, "data")
 	startDaemon(t, nil, "--config", cfg, "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
 	run := func(args ...string) (string, error) {
@@ -85,14 +74,15 @@ func TestAgentsShowHTTPAgent(t *testing.T) {
 		return string(out), err
 	}
 	var out string
+	var err error
 	waitUntil(t, "the fetched card", func() bool {
 		out, err = run("agents", "show", "movie-agent")
 		return err == nil && strings.Contains(out, "\nBinding:")
 	})
 	for _, re := range []string{
 		`(?m)^Delegable:\s+true$`,
-		`(?m)^Binding:\s+JSONRPC ` + regexp.QuoteMeta(srv.URL) + `/a2a/jsonrpc$`,
-		`(?m)^Card origin:\s+` + regexp.QuoteMeta(srv.URL) + `$`,
+		`(?m)^Binding:\s+JSONRPC ` + regexp.QuoteMeta(cardOrigin) + `/a2a/jsonrpc$`,
+		`(?m)^Card origin:\s+` + regexp.QuoteMeta(cardOrigin) + `$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("agents show lacks %s:\n%s", re, out)

@@ -3,13 +3,13 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/a2ad/a2ad/internal/corpus"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,23 +28,13 @@ import (
 // endpoint; a NATS agent beside it shows "nats" and no URL. The card is
 // the @a2a-js/sdk 1.3 card issue 16 quotes, served from a loopback origin.
 func TestAgentsListShowsTheBinding(t *testing.T) {
-	raw, err := os.ReadFile("../../testdata/cards/a2a-js-1.3-mixed.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var card []byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(card)
-	}))
-	defer srv.Close()
-	card = []byte(strings.ReplaceAll(string(raw), "http://localhost:41241", srv.URL))
+	cardOrigin := corpus.ServeJSSDKCard(t, "../..")
 
 	dataDir := t.TempDir()
 	d, err := daemon.Start(context.Background(), daemon.Config{DataDir: dataDir, NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0",
 		Agents: []daemon.AgentConfig{
 			{AgentConfig: agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}},
-			{AgentConfig: agentcard.AgentConfig{ID: "movie-agent", Tenants: []string{"default"}, TrustOnFirstUse: true, CardURL: srv.URL}},
+			{AgentConfig: agentcard.AgentConfig{ID: "movie-agent", Tenants: []string{"default"}, TrustOnFirstUse: true, CardURL: cardOrigin}},
 		}}, slog.New(slog.NewTextHandler(io.Discard, nil)), true)
 	if err != nil {
 		t.Fatal(err)
@@ -96,8 +86,8 @@ func TestAgentsListShowsTheBinding(t *testing.T) {
 		t.Errorf("the NATS agent: %s; want binding nats and no binding_url", b)
 	}
 	if movie.ID != "movie-agent" || !movie.Delegable || movie.Binding == nil || *movie.Binding != "JSONRPC" ||
-		movie.BindingURL == nil || *movie.BindingURL != srv.URL+"/a2a/jsonrpc" {
-		t.Errorf("the HTTP agent: %s; want binding JSONRPC at %s/a2a/jsonrpc", b, srv.URL)
+		movie.BindingURL == nil || *movie.BindingURL != cardOrigin+"/a2a/jsonrpc" {
+		t.Errorf("the HTTP agent: %s; want binding JSONRPC at %s/a2a/jsonrpc", b, cardOrigin)
 	}
 }
 
