@@ -226,6 +226,49 @@ type Registry struct {
 	views     map[string]*agentView
 	watchOnce sync.Once
 	live      atomic.Bool // the watcher has delivered every stored record and runs
+
+	subMu sync.Mutex
+	subs  map[int]func(agentID string) // of Subscribe, by handle
+	subN  int
+}
+
+// Subscribe calls fn with an agent's id after each change this registry
+// sees to what it says of that agent: a write to the agent's record by any
+// instance (seen by the bucket's watcher, which Subscribe starts), the
+// record's removal, and changes this instance derives on its own (see
+// [Registry.Changed]). Calls come from one goroutine per source and may
+// repeat for one change; fn must not block (hand the id to a goroutine of
+// your own). The returned function ends the subscription.
+func (r *Registry) Subscribe(fn func(agentID string)) (cancel func()) {
+	r.subMu.Lock()
+	if r.subs == nil {
+		r.subs = map[int]func(string){}
+	}
+	r.subN++
+	n := r.subN
+	r.subs[n] = fn
+	r.subMu.Unlock()
+	r.watchOnce.Do(r.startWatch)
+	return func() {
+		r.subMu.Lock()
+		delete(r.subs, n)
+		r.subMu.Unlock()
+	}
+}
+
+// Changed tells the subscribers ([Registry.Subscribe]) that what this
+// registry says of agentID changed without a write to its record: its
+// liveness, say.
+func (r *Registry) Changed(agentID string) {
+	r.subMu.Lock()
+	fns := make([]func(string), 0, len(r.subs))
+	for _, fn := range r.subs {
+		fns = append(fns, fn)
+	}
+	r.subMu.Unlock()
+	for _, fn := range fns {
+		fn(agentID)
+	}
 }
 
 // agentView is one stored record as decoded (before [Registry.view]) with
@@ -985,11 +1028,13 @@ func (r *Registry) startWatch() {
 					delete(r.views, e.Key())
 				}
 				r.viewMu.Unlock()
+				r.Changed(e.Key())
 				continue
 			}
 			if _, err := r.keep(e.Key(), e.Revision(), e.Value()); err != nil {
 				r.forget(e.Key(), e.Revision()+1) // undecodable: ForDelegation reads it and says so
 			}
+			r.Changed(e.Key())
 		}
 	}()
 }

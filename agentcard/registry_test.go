@@ -736,3 +736,46 @@ func TestCardNamingAnotherAgentIsANote(t *testing.T) {
 		})
 	}
 }
+
+// A subscriber hears of changes made by another instance sharing the
+// bucket, and of changes this instance reports itself (Changed).
+func TestSubscribeHearsEveryInstancesChanges(t *testing.T) {
+	cfg := AgentConfig{ID: agent, Tenants: []string{"default"}, TrustOnFirstUse: true}
+	a, js := newRegistry(t, cfg)
+	b, err := NewRegistry(t.Context(), js, []AgentConfig{cfg}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := make(chan string, 16)
+	cancel := a.Subscribe(func(id string) { heard <- id })
+	defer cancel()
+	register(t, b, agent, fixture(t))
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case id := <-heard:
+			if id != agent {
+				t.Fatalf("%s: heard %q, want %q", what, id, agent)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: nothing heard in 5 s", what)
+		}
+	}
+	wait("registration on b")
+	if _, err := b.Quarantine(t.Context(), agent, ""); err != nil {
+		t.Fatal(err)
+	}
+	wait("quarantine on b")
+	for len(heard) > 0 {
+		<-heard
+	}
+	a.Changed(agent)
+	wait("Changed on a")
+	cancel()
+	a.Changed(agent)
+	select {
+	case id := <-heard:
+		t.Fatalf("heard %q after cancel", id)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
