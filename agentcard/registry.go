@@ -170,6 +170,13 @@ type Record struct {
 	// members it does not know (kept in Card and its fingerprint, not acted
 	// on), interfaces and links nobody could use. For the operator's review.
 	Notes []Note `json:"notes,omitempty"`
+	// Liveness is whether this a2ad instance reaches the agent now
+	// ([Registry.Observe]): in memory, per instance, never stored. An
+	// agent that is offline is not Delegable, with the NotDelegableReason
+	// "offline: " and Liveness.Reason.
+	Liveness Liveness `json:"liveness,omitzero"`
+	// offline: Delegable is false only because the agent is offline.
+	offline bool
 }
 
 // ErrAgentNotFound means the agent is not registered, or not visible to the
@@ -188,6 +195,9 @@ var ErrFingerprintMismatch = errors.New("agentcard: fingerprint is not the curre
 type NotDelegableError struct {
 	AgentID string
 	Reason  string
+	// Offline: the agent is refused only because this instance does not
+	// reach it now (Reason "offline: …", [ReachabilityOffline]).
+	Offline bool
 }
 
 func (e *NotDelegableError) Error() string {
@@ -230,6 +240,9 @@ type Registry struct {
 	subMu sync.Mutex
 	subs  map[int]func(agentID string) // of Subscribe, by handle
 	subN  int
+
+	liveMu   sync.Mutex
+	liveness map[string]*liveness // of Observe, by agent id
 }
 
 // Subscribe calls fn with an agent's id after each change this registry
@@ -547,6 +560,7 @@ func (r *Registry) view(rec *Record) {
 	rec.Delegable, rec.NotDelegableReason = false, ""
 	rec.Binding, rec.Interface, rec.AuthWarnings = "", nil, nil
 	rec.Warnings, rec.Notes = nil, nil
+	rec.Liveness, rec.offline = r.Liveness(rec.AgentID), false
 	if len(rec.Card) == 0 {
 		rec.NotDelegableReason = noCard
 		return
@@ -571,6 +585,10 @@ func (r *Registry) view(rec *Record) {
 	default:
 		in := c.iface
 		rec.Delegable, rec.Binding, rec.Interface = true, c.bindName, &in
+		if rec.Liveness.Reachability == ReachabilityOffline {
+			rec.Delegable, rec.offline = false, true
+			rec.NotDelegableReason = "offline: " + rec.Liveness.Reason
+		}
 	}
 }
 
@@ -730,7 +748,8 @@ func (r *Registry) change(ctx context.Context, agentID string, next func(old *Re
 		}
 		r.view(rec)
 		stored := *rec
-		stored.LastRefusal = nil // this instance's memory, not the agent's record
+		// This instance's memory, not the agent's record.
+		stored.LastRefusal, stored.Liveness = nil, Liveness{}
 		body, err := encodeRecord(&stored)
 		if err != nil {
 			return nil, err
@@ -912,7 +931,7 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 		return nil, nil, ErrAgentNotFound
 	}
 	if !rec.Delegable {
-		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
+		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason, Offline: rec.offline}
 	}
 	if v.cardErr != nil {
 		return nil, nil, v.cardErr
