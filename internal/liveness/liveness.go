@@ -86,7 +86,7 @@ func (p *Prober) Run(ctx context.Context) {
 	})
 	defer cancel()
 	defer p.wg.Wait()
-	tick := time.NewTicker(period / 5) // the schedule's resolution: a new agent waits at most this
+	tick := time.NewTicker(period / 10) // the schedule's resolution
 	defer tick.Stop()
 	for {
 		p.round(ctx)
