@@ -96,9 +96,10 @@ type AgentConfig struct {
 // under the agent id.
 //
 // Tenants, Delegable, NotDelegableReason, SignatureVerified, SignedForm,
-// SignaturePayload, Warnings, Notes and LastRefusal are as the [Registry] reading
-// the record has them, from its own configuration, scanner and memory: the
-// stored values are the writer's, and are not read back.
+// SignaturePayload, Warnings, Notes, LastRefusal and Liveness are as the
+// [Registry] reading the record has them, from its own configuration,
+// scanner, probes and memory: the stored values are the writer's, and are
+// not read back (Liveness and LastRefusal are not stored at all).
 type Record struct {
 	AgentID string `json:"agent_id"`
 	// Card is the last card the agent registered, in its A2A 1.0 form
@@ -124,8 +125,9 @@ type Record struct {
 	// no signature or one verifies (SignatureVerified), and the card has an
 	// interface a2ad delegates over ([SelectInterface]: a [NATSInterface],
 	// else a JSONRPC or HTTP+JSON one at an origin the card's CardOrigin or
-	// the configuration vouches for); otherwise NotDelegableReason says why
-	// not.
+	// the configuration vouches for), and this instance does not find the
+	// agent offline (Liveness); otherwise NotDelegableReason says why not.
+	// Binding and Interface stay set for an agent that is only offline.
 	Delegable          bool   `json:"delegable"`
 	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 	// Binding is the binding a2ad delegates over when Delegable
@@ -907,7 +909,8 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 // ForDelegation returns the record and parsed card of an agent tenant may
 // delegate to, with the requested skill present. Errors: ErrAgentNotFound if
 // tenant cannot see the agent; *[NotDelegableError] if it is visible but not
-// delegable (quarantined, or no interface a2ad delegates over: [SelectInterface]); an error wrapping
+// delegable (quarantined, no interface a2ad delegates over: [SelectInterface],
+// or offline: [ReachabilityOffline], with Offline set); an error wrapping
 // [ErrSkillNotFound] if the card lacks skillID. The card is shared with
 // later calls: do not modify it.
 //
