@@ -23,7 +23,7 @@ var ErrNoAnswer = fmt.Errorf("%w: no HTTP answer before the probe's deadline", a
 // (401 and 5xx included: a server is there); otherwise an error wrapping
 // a2a.ErrAgentUnreachable, in a2ad's words: the connection, DNS or TLS
 // handshake failed, the URL or origin is refused, a2ad has no credential
-// to send, or [ErrNoAnswer].
+// to send, the connection was lost before an answer, or [ErrNoAnswer].
 func (b *Binding) Probe(ctx context.Context, agentID string) error {
 	c, t, err := b.Client(ctx, agentID)
 	if err != nil {
@@ -41,8 +41,10 @@ func (b *Binding) Probe(ctx context.Context, agentID string) error {
 		return nil
 	case errors.As(err, &ae) && ae.Status == 0:
 		return ae
-	case wrote:
+	case wrote && ctx.Err() != nil:
 		return fmt.Errorf("agent %s: %w", agentID, ErrNoAnswer)
+	case wrote:
+		return fmt.Errorf("agent %s: the connection was lost before an HTTP answer to the probe: %w", agentID, a2a.ErrAgentUnreachable)
 	}
 	return classify(agentID, "probe", ci, err)
 }
