@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/a2ad/a2ad/internal/a2a"
 )
 
 // Probe timing and bounds.
@@ -37,8 +38,10 @@ const (
 )
 
 // Pinger is one binding's probe (natsbind.Client.Probe,
-// httpbind.Binding.Probe): nil when the agent answered anything, else an
-// error in a2ad's words saying why not.
+// httpbind.Binding.Probe): nil when the agent answered anything; an
+// error wrapping a2a.ErrAgentUnreachable, in a2ad's words, when it did
+// not; any other error when nothing was learnt of the agent (a2ad's own
+// NATS connection is down), which changes nothing.
 type Pinger interface {
 	Probe(ctx context.Context, agentID string) error
 }
@@ -188,6 +191,12 @@ func (p *Prober) probe(ctx context.Context, t agentcard.Probe, timeout time.Dura
 		return // a2ad stops: nothing was learnt of the agent
 	}
 	took := time.Since(start)
+	if err != nil && !errors.Is(err, a2a.ErrAgentUnreachable) {
+		if p.Log != nil {
+			p.Log.Debug("agent liveness: probe taught nothing", "agent", t.AgentID, "err", err)
+		}
+		return
+	}
 	if p.OnProbe != nil {
 		p.OnProbe(t.AgentID, err == nil, took)
 	}

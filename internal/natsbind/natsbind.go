@@ -201,8 +201,10 @@ var ErrNoAnswer = fmt.Errorf("%w: no answer before the probe's deadline", a2a.Er
 // anything came back (a result, a JSON-RPC error, even a reply that does
 // not decode: a process is there); [ErrAgentOffline] when nobody is
 // subscribed (NATS no responders, at once); [ErrNoAnswer] when no reply
-// came before ctx's deadline; another error wrapping
-// a2a.ErrAgentUnreachable when the request could not be sent.
+// came before ctx's deadline; an error that does not wrap
+// a2a.ErrAgentUnreachable while a2ad's own connection is down (nothing is
+// learnt of the agent); another error wrapping a2a.ErrAgentUnreachable
+// when the request could not be sent.
 func (c *Client) Probe(ctx context.Context, agentID string) error {
 	_, err := c.Call(ctx, agentID, a2a.MethodGetTask, map[string]string{"id": ProbeTaskID}, nil)
 	var rpcErr *a2a.RPCError
@@ -213,6 +215,10 @@ func (c *Client) Probe(ctx context.Context, agentID string) error {
 		return err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("%w (%s)", ErrNoAnswer, agentID)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		// a2ad's own connection is down: nothing is learnt of the agent.
+		return fmt.Errorf("natsbind: probe of %s not sent: a2ad's NATS connection is not up: %w", agentID, err)
 	}
 	return fmt.Errorf("%w: the probe could not be sent (%s)", a2a.ErrAgentUnreachable, agentID)
 }
