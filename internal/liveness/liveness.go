@@ -7,6 +7,10 @@
 // recorded in the registry (agentcard.Registry.Observe), which makes an
 // offline agent not delegable and tells its subscribers.
 //
+// An agent not reachable (offline, or unknown) is probed every fifth of a
+// period, so that one that reconnects is delegable again within about a
+// second.
+//
 // Agents are kept apart (docs/isolation.md): at most one probe per agent
 // is in flight, each bounded by [DefaultTimeout], and at most
 // [DefaultConcurrency] at once, so a slow or hostile agent holds one slot
@@ -149,7 +153,14 @@ func (p *Prober) round(ctx context.Context) {
 			continue
 		}
 		// Jittered by ±10% so that agents approved together spread apart.
-		p.next[t.AgentID] = now.Add(period - period/10 + rand.N(period/5+1))
+		// An agent that is not reachable is asked five times as often: one
+		// that reconnects (a NATS node lost, a restart) is delegable again
+		// within a second, not a period.
+		every := period
+		if p.Registry.Liveness(t.AgentID).Reachability != agentcard.ReachabilityReachable {
+			every = period / 5
+		}
+		p.next[t.AgentID] = now.Add(every - every/10 + rand.N(every/5+1))
 		p.inFlight[t.AgentID] = true
 		due = append(due, t)
 	}

@@ -206,6 +206,11 @@ var ErrNoAnswer = fmt.Errorf("%w: no answer before the probe's deadline", a2a.Er
 // learnt of the agent); another error wrapping a2a.ErrAgentUnreachable
 // when the request could not be sent.
 func (c *Client) Probe(ctx context.Context, agentID string) error {
+	notUp := fmt.Errorf("natsbind: probe of %s: a2ad's NATS connection was not up throughout: nothing learnt", agentID)
+	reconnects := c.nc.Stats().Reconnects
+	if !c.nc.IsConnected() {
+		return notUp
+	}
 	_, err := c.Call(ctx, agentID, a2a.MethodGetTask, map[string]string{"id": ProbeTaskID}, nil)
 	var rpcErr *a2a.RPCError
 	switch {
@@ -213,12 +218,15 @@ func (c *Client) Probe(ctx context.Context, agentID string) error {
 		return nil
 	case errors.Is(err, ErrAgentOffline):
 		return err
+	case !c.nc.IsConnected() || c.nc.Stats().Reconnects != reconnects:
+		// a2ad's own connection went down meanwhile (a request buffered
+		// while it reconnects times out): nothing is learnt of the agent.
+		return notUp
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("%w (%s)", ErrNoAnswer, agentID)
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		// a2ad's own connection is down: nothing is learnt of the agent.
-		return fmt.Errorf("natsbind: probe of %s not sent: a2ad's NATS connection is not up: %w", agentID, err)
+		return notUp
 	}
 	return fmt.Errorf("%w: the probe could not be sent (%s)", a2a.ErrAgentUnreachable, agentID)
 }
