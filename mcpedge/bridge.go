@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,7 +199,9 @@ func (r *bridgeRun) call(req *jsonrpc.Request, isInit bool) {
 			r.drop(l)
 			continue
 		}
-		r.drop(l)
+		if !out.rewritten {
+			r.drop(l)
+		}
 		r.answerError(req.ID, err, out)
 		return
 	}
@@ -221,7 +222,9 @@ func (r *bridgeRun) notify(req *jsonrpc.Request) {
 	}
 	out, err := l.forward(r.ctx, req)
 	if err != nil {
-		r.drop(l)
+		if !out.rewritten {
+			r.drop(l)
+		}
 		r.log.Warn("a2ad mcp: notification not delivered", "method", req.Method, "err", r.describe(err, out))
 		return
 	}
@@ -282,15 +285,14 @@ func (r *bridgeRun) answerError(id jsonrpc.ID, err error, out *httpOutcome) {
 // error in a2ad's words, naming the fix.
 func (r *bridgeRun) wireError(err error, out *httpOutcome) *jsonrpc.Error {
 	var je *jsonrpc.Error
-	if errors.As(err, &je) && (out == nil || out.status < 400 || out.status == http.StatusBadRequest) {
-		return je // the daemon's own JSON-RPC error (a refused message)
-	}
 	var te *bridgeTokenError
 	switch {
 	case errors.As(err, &te):
 		return &jsonrpc.Error{Code: CodeHostTokenRefused, Message: r.describe(err, out)}
-	case out != nil && (out.status == http.StatusUnauthorized || out.status == http.StatusForbidden):
-		return &jsonrpc.Error{Code: CodeHostTokenRefused, Message: r.describe(err, out)}
+	case out != nil && out.rewritten && errors.As(err, &je):
+		return je
+	case errors.As(err, &je) && (out == nil || out.status < 400 || out.status == http.StatusBadRequest):
+		return je // the daemon's own JSON-RPC error (a message it refused)
 	}
 	return &jsonrpc.Error{Code: CodeDaemonUnavailable, Message: r.describe(err, out)}
 }
@@ -365,20 +367,33 @@ type httpOutcome struct {
 	status         int
 	challenge      string // WWW-Authenticate
 	body           string // the error body's message, bounded
+	// rewritten: a 401 or 403 was turned into the JSON-RPC error the host
+	// gets (see [bridgeRun.refusal]); the connection stays usable.
+	rewritten bool
+}
+
+// refusalID is the id of the JSON-RPC error a refusal is rewritten to (the
+// go-sdk reads only its error).
+var refusalID, _ = jsonrpc.MakeID("a2ad-mcp-refusal")
+
+// refusal is the JSON-RPC error for the daemon's 401 or 403 (code and
+// message from its body).
+func (r *bridgeRun) refusal(status int, code, msg string, out *httpOutcome) *jsonrpc.Error {
+	if status == http.StatusForbidden && code == "insufficient_scope" {
+		return &jsonrpc.Error{Code: CodeInsufficientScope, Message: fmt.Sprintf(
+			"insufficient_scope: %s, which this principal does not have (a2ad at %s answered 403); give the principal that scope (--scope, or its scopes in the daemon's configuration)", msg, r.endpoint())}
+	}
+	return &jsonrpc.Error{Code: CodeHostTokenRefused, Message: r.describe(errors.New("refused"), out)}
 }
 
 func (o *httpOutcome) detail() string {
-	var parts []string
-	if o.body != "" {
-		parts = append(parts, o.body)
+	switch {
+	case o.body != "":
+		return ": " + o.body
+	case o.challenge != "":
+		return ": WWW-Authenticate: " + o.challenge
 	}
-	if o.challenge != "" {
-		parts = append(parts, "WWW-Authenticate: "+o.challenge)
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return ": " + strings.Join(parts, "; ")
+	return ""
 }
 
 type outcomeKey struct{}
@@ -891,20 +906,31 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	out.answered, out.status = true, resp.StatusCode
-	if resp.StatusCode >= 400 {
-		out.challenge = resp.Header.Get("WWW-Authenticate")
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		_ = resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		var e struct {
-			Error struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-			out.body = e.Error.Code + ": " + e.Error.Message
-		}
+	if resp.StatusCode < 400 {
+		return resp, nil
+	}
+	out.challenge = resp.Header.Get("WWW-Authenticate")
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+		out.body = e.Error.Code + ": " + e.Error.Message
+	}
+	if req.Method == http.MethodPost && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+		// A refused token is the answer to this message only: as a
+		// JSON-RPC error body the go-sdk reports it for this message and
+		// keeps the connection (other calls' streams) open.
+		je := t.link.r.refusal(resp.StatusCode, e.Error.Code, e.Error.Message, out)
+		body, _ := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: refusalID, Error: je})
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.Header.Set("Content-Type", "application/json")
+		out.rewritten = true
 	}
 	return resp, nil
 }
