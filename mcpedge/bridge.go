@@ -289,10 +289,11 @@ func (r *bridgeRun) wireError(err error, out *httpOutcome) *jsonrpc.Error {
 	switch {
 	case errors.As(err, &te):
 		return &jsonrpc.Error{Code: CodeHostTokenRefused, Message: r.describe(err, out)}
-	case out != nil && out.rewritten && errors.As(err, &je):
-		return je
-	case errors.As(err, &je) && (out == nil || out.status < 400 || out.status == http.StatusBadRequest):
-		return je // the daemon's own JSON-RPC error (a message it refused)
+	case out == nil || !out.answered || !errors.As(err, &je) || je.Code == codeRejectedByTransport:
+		// No answer from the daemon (the go-sdk's "rejected by
+		// transport" is its wrapping of a failed send).
+	case out.rewritten || out.status == http.StatusBadRequest:
+		return je // a refused token, or a message the daemon refused, in its words
 	}
 	return &jsonrpc.Error{Code: CodeDaemonUnavailable, Message: r.describe(err, out)}
 }
@@ -345,6 +346,10 @@ func rootCause(err error) string {
 		err = next
 	}
 }
+
+// codeRejectedByTransport is the go-sdk's code for a message its transport
+// did not send (jsonrpc2.ErrRejected, internal to the go-sdk).
+const codeRejectedByTransport = -32005
 
 var errStreamEnded = errors.New("the stream ended before the answer")
 
