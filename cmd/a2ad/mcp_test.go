@@ -78,8 +78,8 @@ type bridgeWindow struct {
 
 // openWindow starts `a2ad mcp` as cfg (command "a2ad" is the binary under
 // test) and initializes a session in era; the elicitation handler answers
-// "yes" to a question naming a case id that ends in "E", and cancels the
-// others (the question then comes back in the call's result).
+// "yes" to a question on a case C-1x01, and cancels the others (the
+// question then comes back in the call's result).
 func openWindow(t *testing.T, cfg hostServer, era string) *bridgeWindow {
 	t.Helper()
 	if cfg.Command != "a2ad" {
@@ -93,7 +93,7 @@ func openWindow(t *testing.T, cfg hostServer, era string) *bridgeWindow {
 			w.mu.Lock()
 			w.asked = append(w.asked, r.Params.Message)
 			w.mu.Unlock()
-			if regexp.MustCompile(`Case [A-Z]-\w*E\d*:`).MatchString(r.Params.Message) {
+			if regexp.MustCompile(`Case C-1\d01:`).MatchString(r.Params.Message) {
 				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
 			}
 			return &mcp.ElicitResult{Action: "cancel"}, nil
@@ -114,6 +114,9 @@ func openWindow(t *testing.T, cfg hostServer, era string) *bridgeWindow {
 			t.Logf("a2ad %v stderr:\n%s", cfg.Args, tail(w.stderr.String(), 30))
 		}
 	})
+	if got := s.InitializeResult().ProtocolVersion; got != era {
+		t.Fatalf("a2ad %v: the session speaks %s, want %s", cfg.Args, got, era)
+	}
 	w.session = s
 	return w
 }
@@ -195,7 +198,7 @@ func TestMCPBridgeWindowsShareTheDaemon(t *testing.T) {
 	windows := []struct {
 		prefix, era string
 		cfg         hostServer
-	}{{"A", "2025-11-25", cfgs[0]}, {"B", "2026-07-28", cfgs[1]}}
+	}{{"C-11", "2025-11-25", cfgs[0]}, {"C-12", "2026-07-28", cfgs[1]}}
 	var wg sync.WaitGroup
 	for _, win := range windows {
 		wg.Add(1)
@@ -205,7 +208,7 @@ func TestMCPBridgeWindowsShareTheDaemon(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("two windows, five delegations each: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("two windows, each: four delegations, a task_respond and a task_cancel: %s", time.Since(start).Round(time.Millisecond))
 }
 
 func windowScenario(t *testing.T, w *bridgeWindow, p string) {
@@ -237,20 +240,21 @@ func windowScenario(t *testing.T, w *bridgeWindow, p string) {
 	var done toolResult
 	for i := 0; ; i++ {
 		var err error
-		done, err = w.call("delegate", delegateArgs(p+"-7", 1200, "", 20), "progress-"+p)
+		done, err = w.call("delegate", delegateArgs(p+"07", 1200, "", 20), "progress-"+p)
 		if err != nil {
 			t.Fatalf("delegate: %v", err)
 		}
 		if !strings.HasPrefix(done.ErrText, "agent_offline") || i == 20 {
+			t.Logf("first delegation after %d agent_offline answers", i)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if done.ErrText != "" || done.State != "completed" || len(done.Artifacts) != 1 || len(done.Artifacts[0].Parts) != 1 {
-		t.Fatalf("delegate %s-7: %+v, want completed with one artifact", p, done)
+		t.Fatalf("delegate %s07: %+v, want completed with one artifact", p, done)
 	}
-	if d := done.Artifacts[0].Parts[0].Data; d["case_id"] != p+"-7" || d["policy_version"] != refagent.PolicyVersion {
-		t.Errorf("artifact %v, want case_id %s-7, policy_version %s", d, p, refagent.PolicyVersion)
+	if d := done.Artifacts[0].Parts[0].Data; d["case_id"] != p+"07" || d["policy_version"] != refagent.PolicyVersion {
+		t.Errorf("artifact %v, want case_id %s07, policy_version %s", d, p, refagent.PolicyVersion)
 	}
 	waitUntil(t, "progress ending with state: completed", func() bool {
 		w.mu.Lock()
@@ -259,31 +263,31 @@ func windowScenario(t *testing.T, w *bridgeWindow, p string) {
 	})
 
 	// A question answered by the user (elicitation), on the same call.
-	elicited := w.mustCall(t, "delegate", delegateArgs(p+"-E1", 125000, "", 30))
+	elicited := w.mustCall(t, "delegate", delegateArgs(p+"01", 125000, "", 30))
 	if elicited.State != "completed" || len(elicited.Artifacts) != 1 {
-		t.Fatalf("delegate %s-E1 answered by elicitation: %+v, want completed", p, elicited)
+		t.Fatalf("delegate %s01 answered by elicitation: %+v, want completed", p, elicited)
 	}
 	w.mu.Lock()
 	asked := strings.Join(w.asked, "\n")
 	w.mu.Unlock()
-	if want := fmt.Sprintf("Case %s-E1: the refund of 125000 cents is above the manual review threshold", p); !strings.Contains(asked, want) {
+	if want := fmt.Sprintf("Case %s01: the refund of 125000 cents is above the manual review threshold", p); !strings.Contains(asked, want) {
 		t.Errorf("elicitation messages %q, want one with %q", asked, want)
 	}
 
 	// A question the user closed: it comes back in the result, answered
 	// with task_respond.
-	q := w.mustCall(t, "delegate", delegateArgs(p+"-R1", 125000, "", 30))
-	if q.State != "input-required" || !strings.Contains(q.Question, "Case "+p+"-R1:") {
-		t.Fatalf("delegate %s-R1 with the form closed: state %s question %q, want input-required with the agent's question", p, q.State, q.Question)
+	q := w.mustCall(t, "delegate", delegateArgs(p+"02", 125000, "", 30))
+	if q.State != "input-required" || !strings.Contains(q.Question, "Case "+p+"02:") {
+		t.Fatalf("delegate %s02 with the form closed: state %s question %q, want input-required with the agent's question", p, q.State, q.Question)
 	}
 	if got := w.mustCall(t, "task_respond", map[string]any{"task_id": q.TaskID, "answer": "yes", "wait_seconds": 30}); got.State != "completed" || len(got.Artifacts) != 1 {
 		t.Fatalf("task_respond: %+v, want completed", got)
 	}
 
 	// task_cancel.
-	c := w.mustCall(t, "delegate", delegateArgs(p+"-C1", 125000, "", 30))
+	c := w.mustCall(t, "delegate", delegateArgs(p+"03", 125000, "", 30))
 	if c.State != "input-required" {
-		t.Fatalf("delegate %s-C1: state %s, want input-required", p, c.State)
+		t.Fatalf("delegate %s03: state %s, want input-required", p, c.State)
 	}
 	if got := w.mustCall(t, "task_cancel", map[string]any{"task_id": c.TaskID}); got.State != "canceled" {
 		t.Fatalf("task_cancel: state %s, want canceled", got.State)
