@@ -71,7 +71,9 @@ type Bridge struct {
 	Token TokenSource
 	// Host is the host's transport; nil: [StdioTransport] on stdin and
 	// stdout (its guarantees hold: every call read is answered, no answer
-	// after notifications/cancelled, unreadable lines answered).
+	// after notifications/cancelled, unreadable lines answered). Another
+	// transport must drop answers to cancelled calls as it does: the
+	// bridge writes one ([CodeRequestCancelled]) to settle the call.
 	Host mcp.Transport
 	// Log receives what the bridge tells the operator (stderr); nil: none.
 	Log *slog.Logger
@@ -550,10 +552,19 @@ func (l *daemonLink) cancelCall(n *jsonrpc.Request) {
 	if json.Unmarshal(n.Params, &p) != nil {
 		return
 	}
-	if id, err := jsonrpc.MakeID(p.RequestID); err == nil {
-		l.settle(id)
+	if id, err := jsonrpc.MakeID(p.RequestID); err == nil && l.settle(id) {
+		// The host's transport ([StdioTransport]) drops this answer, as
+		// any after the cancellation, and so counts the call answered: no
+		// wait for it when the host's input ends.
+		_ = l.r.host.Write(l.r.ctx, &jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: CodeRequestCancelled, Message: "cancelled by the host"}})
 	}
 }
+
+// CodeRequestCancelled is the code of the answer [Bridge] gives itself
+// for a call the host cancelled; [StdioTransport] never sends it (MCP
+// 2025-11-25 basic/utilities/cancellation: no response after
+// notifications/cancelled).
+const CodeRequestCancelled = -32800
 
 // settle forgets a pending call and ends its stream; false if it was
 // not pending (answered already, or cancelled by the host).

@@ -167,12 +167,12 @@ type bridgeRig struct {
 	tokenFile string
 }
 
-func startBridgeRig(t *testing.T, agent bool) *bridgeRig {
+func startBridgeRig(t *testing.T, agent bool, misbehave map[string]string) *bridgeRig {
 	t.Helper()
 	r := &bridgeRig{config: configFile(t, bridgeConfig), tokenFile: filepath.Join(t.TempDir(), "host.jwt")}
 	r.d = startDaemon(t, nil, "--config", r.config, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
 	if agent {
-		agentOn(t, r.d.NATS, credentialFor(t, r.d.NATS, r.d.DataDir), nil)
+		agentOn(t, r.d.NATS, credentialFor(t, r.d.NATS, r.d.DataDir), misbehave)
 	}
 	return r
 }
@@ -189,7 +189,7 @@ func (r *bridgeRig) hostConfigs(t *testing.T) []hostServer {
 // the validated artifact and sees progress, answers a question by
 // elicitation and another by task_respond, and cancels a task.
 func TestMCPBridgeWindowsShareTheDaemon(t *testing.T) {
-	r := startBridgeRig(t, true)
+	r := startBridgeRig(t, true, nil)
 	cfgs := r.hostConfigs(t)
 	if len(cfgs) != 4 {
 		t.Fatalf("README gives %d host configurations, want 4 (stdio by data directory, by principal, by URL and token file; HTTP)", len(cfgs))
@@ -300,7 +300,7 @@ func windowScenario(t *testing.T, w *bridgeWindow, p string) {
 // the file afterwards works without restarting the window. A principal of
 // the configuration gets its scopes: "reader" is refused delegate too.
 func TestMCPBridgeTokens(t *testing.T) {
-	r := startBridgeRig(t, false)
+	r := startBridgeRig(t, false, nil)
 	cfgs := r.hostConfigs(t)
 	if err := os.WriteFile(r.tokenFile, []byte(r.d.token(t, mcpedge.ScopeRead)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -532,7 +532,7 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // The README's Streamable HTTP configuration (URL and bearer header)
 // connects the go-sdk client to the daemon as it stands.
 func TestMCPREADMEHTTPHostConfiguration(t *testing.T) {
-	r := startBridgeRig(t, false)
+	r := startBridgeRig(t, false, nil)
 	cfg := r.hostConfigs(t)[3]
 	if cfg.Type != "http" || cfg.Command != "" {
 		t.Fatalf("README's last host configuration: %+v, want type http", cfg)
@@ -546,5 +546,60 @@ func TestMCPREADMEHTTPHostConfiguration(t *testing.T) {
 	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
 	if err != nil || res.IsError {
 		t.Fatalf("agents_list: %v %+v", err, res)
+	}
+}
+
+// A call the host cancels (notifications/cancelled) gets no answer, and
+// the session goes on: the ping after it is answered.
+func TestMCPBridgeCancelledCallIsNotAnswered(t *testing.T) {
+	r := startBridgeRig(t, true, map[string]string{"C-1301": refagent.ModeSilent})
+	w := startRawWindow(t, "mcp", "--data-dir", r.d.DataDir)
+	if got := w.ask(1, fmt.Sprintf(rawInitialize, 1)); !strings.Contains(got, `"result":{`) {
+		t.Fatalf("initialize: %s", got)
+	}
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// The agent registers after a2ad started: wait for it to be listed.
+	for until := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if got := w.ask(2, fmt.Sprintf(rawAgentsList, 2)); strings.Contains(got, `"delegable":true`) {
+			break
+		} else if time.Now().After(until) {
+			t.Fatalf("agents_list: %s", got)
+		}
+	}
+	// The silent agent never reports: delegate would answer "working"
+	// after its 3 s wait, within the 5 s watched below, if not cancelled.
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delegate","arguments":{"agent":"fraud-review","skill":"assess_refund_risk","objective":"Assess the fraud risk of this refund.","evidence":{"case_id":"C-1301","amount_cents":1200,"currency":"EUR"},"output_schema":"risk_assessment","wait_seconds":3}}}`)
+	time.Sleep(500 * time.Millisecond)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"user pressed stop"}}`)
+	// ask skips every line before the ping's answer: none may be id 3.
+	if _, err := io.WriteString(w.in, `{"jsonrpc":"2.0","id":4,"method":"ping"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(5 * time.Second)
+	lines := make(chan string)
+	go func() {
+		for w.out.Scan() {
+			lines <- w.out.Text()
+		}
+		close(lines)
+	}()
+	for pinged := false; ; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("a2ad mcp closed its output")
+			}
+			if strings.Contains(l, `"id":3`) {
+				t.Fatalf("an answer to the cancelled call: %s", l)
+			}
+			if strings.HasPrefix(l, `{"jsonrpc":"2.0","id":4,"result":{}`) {
+				pinged = true
+			}
+		case <-deadline:
+			if !pinged {
+				t.Fatal("the ping after the cancellation was not answered")
+			}
+			return // 5 s with no answer to the cancelled call (it would have come after 3)
+		}
 	}
 }
