@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -923,6 +924,11 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	out.answered, out.status = true, resp.StatusCode
 	if resp.StatusCode < 400 {
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			// The go-sdk reads a JSON answer whole (its SSE events are
+			// bounded by MaxEventSize): bounded here like a host's line.
+			resp.Body = &boundedBody{ReadCloser: resp.Body, left: mcp.DefaultMaxLineLength}
+		}
 		return resp, nil
 	}
 	out.challenge = resp.Header.Get("WWW-Authenticate")
@@ -949,4 +955,22 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out.rewritten = true
 	}
 	return resp, nil
+}
+
+// boundedBody ends a response body with an error after left bytes.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("a2ad's answer is longer than %d bytes", mcp.DefaultMaxLineLength)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

@@ -3,6 +3,8 @@ package mcpedge
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -126,5 +129,43 @@ func TestBridgeReadEvents(t *testing.T) {
 	err = readEvents(strings.NewReader("data: "+strings.Repeat("z", 200)+"\n\n"), 100, func([]byte) { t.Fatal("an oversized event was handed on") })
 	if err == nil || err.Error() != "an event is longer than 100 bytes" {
 		t.Fatalf("oversized event: %v", err)
+	}
+}
+
+// A JSON answer longer than a host's line bound is not read whole: the
+// host gets a2ad's error for the call, and the bridge goes on.
+func TestBridgeBoundsJSONAnswers(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{"pad":"`))
+		chunk := bytes.Repeat([]byte("x"), 1<<20)
+		for range 17 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte(`"}}`))
+	}))
+	defer ts.Close()
+	hostSide, bridgeSide := mcp.NewInMemoryTransports()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = (&Bridge{Endpoint: ts.URL, Host: bridgeSide}).Run(ctx) }()
+	conn, err := hostSide.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := jsonrpc.MakeID(float64(1))
+	if err := conn.Write(ctx, &jsonrpc.Request{ID: id, Method: "ping", Params: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := conn.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, ok := msg.(*jsonrpc.Response)
+	var je *jsonrpc.Error
+	if !ok || !errors.As(resp.Error, &je) || je.Code != CodeDaemonUnavailable || len(resp.Result) != 0 {
+		t.Fatalf("answer %+v, want the error -32010", msg)
 	}
 }
