@@ -442,7 +442,8 @@ const (
 )
 
 // With no daemon running, a host's request gets a JSON-RPC error in
-// a2ad's words naming the fix, and a2ad mcp keeps running; started, the
+// a2ad's words naming the fix, and a2ad mcp keeps running (an unreadable
+// line is answered too); started, the
 // daemon takes the next request; restarted (on another port: --http-addr
 // :0) under the open window, the same session goes on — a2ad mcp finds it
 // through the data directory and re-establishes the daemon session.
@@ -468,6 +469,11 @@ func TestMCPBridgeDaemonDownThenUp(t *testing.T) {
 		t.Fatalf("initialize once the daemon runs: %s", got)
 	}
 	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// A line that is not JSON is answered as on serve --stdio.
+	w.send(`{bad`)
+	if !w.out.Scan() || w.out.Text() != `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error: the message is not valid JSON (RFC 8259)"}}` {
+		t.Fatalf("answer to an unreadable line: %s", w.out.Text())
+	}
 	if got := w.ask(3, fmt.Sprintf(rawAgentsList, 3)); !strings.Contains(got, `"agents":[]`) || strings.Contains(got, `"isError":true`) {
 		t.Fatalf("agents_list: %s", got)
 	}
