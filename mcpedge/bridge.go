@@ -139,6 +139,13 @@ type bridgeRun struct {
 	url         atomic.Value // string: the daemon's MCP URL last located
 }
 
+// isInit reports whether id is the host's initialize.
+func (r *bridgeRun) isInit(id jsonrpc.ID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.init != nil && r.init.ID == id
+}
+
 // endpoint is the daemon's URL as last located (for messages).
 func (r *bridgeRun) endpoint() string {
 	if u, _ := r.url.Load().(string); u != "" {
@@ -218,10 +225,13 @@ func (r *bridgeRun) notify(req *jsonrpc.Request) {
 		r.initialized = true
 		r.mu.Unlock()
 	}
-	l, err := r.connected(true)
+	l, replayed, err := r.connectedReplayed(true)
 	if err != nil {
 		r.log.Warn("a2ad mcp: notification not delivered", "method", req.Method, "err", r.describe(err, nil))
 		return
+	}
+	if replayed && req.Method == "notifications/initialized" {
+		return // sent with the replayed initialize
 	}
 	out, err := l.forward(r.ctx, req)
 	if err != nil {
@@ -240,10 +250,17 @@ func (r *bridgeRun) notify(req *jsonrpc.Request) {
 // with replay, a new link first replays the host's initialize (when the
 // host sent one) so the host's session goes on.
 func (r *bridgeRun) connected(replay bool) (*daemonLink, error) {
+	l, _, err := r.connectedReplayed(replay)
+	return l, err
+}
+
+// connectedReplayed is connected, and whether the host's initialize (and
+// initialized) were replayed on a new link.
+func (r *bridgeRun) connectedReplayed(replay bool) (*daemonLink, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.link != nil && !r.link.broken() {
-		return r.link, nil
+		return r.link, false, nil
 	}
 	if r.link != nil {
 		r.link.close()
@@ -251,17 +268,18 @@ func (r *bridgeRun) connected(replay bool) (*daemonLink, error) {
 	}
 	l, err := r.dial()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if replay && r.init != nil {
+	replayed := replay && r.init != nil
+	if replayed {
 		if err := l.replayInit(r.ctx, r.init, r.initialized, r.reinits.Add(1)); err != nil {
 			l.close()
-			return nil, err
+			return nil, false, err
 		}
 		r.log.Info("a2ad mcp: the daemon session was re-established (a2ad restarted?)", "url", l.url)
 	}
 	r.link = l
-	return l, nil
+	return l, replayed, nil
 }
 
 // drop closes l if it is still the live link: the next message connects
@@ -643,7 +661,9 @@ func (l *daemonLink) readDaemon() {
 			if !l.settle(m.ID) {
 				continue // cancelled by the host, or answered already
 			}
-			l.learnVersion(m)
+			if r.isInit(m.ID) {
+				l.learnVersion(m)
+			}
 			if m.Error != nil {
 				if _, ok := m.Error.(*jsonrpc.Error); !ok {
 					// The go-sdk's own answer for a stream that ended
