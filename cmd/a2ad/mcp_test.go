@@ -460,9 +460,10 @@ func TestMCPBridgeDaemonDownThenUp(t *testing.T) {
 	if got != want {
 		t.Fatalf("initialize with the daemon down:\n got %s\nwant %s", got, want)
 	}
-	if !strings.Contains(w.stderr.String(), "a2ad_unavailable: no a2ad answers at") {
-		t.Errorf("stderr does not say so:\n%s", w.stderr.String())
-	}
+	// stderr is copied by another goroutine: it may lag the answer.
+	waitUntil(t, "stderr saying a2ad_unavailable", func() bool {
+		return strings.Contains(w.stderr.String(), "a2ad_unavailable: no a2ad answers at")
+	})
 
 	d = startDaemon(t, nil, flags...)
 	if got := w.ask(2, fmt.Sprintf(rawInitialize, 2)); !strings.Contains(got, `"result":{`) || !strings.Contains(got, `"protocolVersion":"2025-11-25"`) {
@@ -490,9 +491,9 @@ func TestMCPBridgeDaemonDownThenUp(t *testing.T) {
 	if got := w.ask(5, fmt.Sprintf(rawAgentsList, 5)); !strings.Contains(got, `"agents":[]`) || strings.Contains(got, `"error"`) {
 		t.Fatalf("agents_list after the daemon restarted: %s", got)
 	}
-	if !strings.Contains(w.stderr.String(), "the daemon session was re-established") {
-		t.Errorf("stderr does not say the session was re-established:\n%s", w.stderr.String())
-	}
+	waitUntil(t, "stderr saying the session was re-established", func() bool {
+		return strings.Contains(w.stderr.String(), "the daemon session was re-established")
+	})
 }
 
 // Faults in a2ad mcp's flags are refused at start, naming the flag and the
