@@ -24,30 +24,36 @@ type echoOut struct {
 	Text string `json:"text" jsonschema:"the text echoed"`
 }
 
-// A tool added while a 2025-11-25 host is connected through the bridge
-// reaches the host as notifications/tools/list_changed (on the standalone
-// SSE stream the bridge opens), and every request the bridge sends, the
+// A tool added while a host is connected through the bridge reaches it as
+// notifications/tools/list_changed — in 2025-11-25 on the standalone SSE
+// stream the bridge opens, in 2026-07-28 on the host's own
+// subscriptions/listen call — and every request the bridge sends, the
 // stream's GET included, carries the bearer token of its TokenSource.
 func TestBridgeForwardsToolListChanged(t *testing.T) {
+	for _, era := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(era, func(t *testing.T) { bridgeListChanged(t, era) })
+	}
+}
+
+func bridgeListChanged(t *testing.T, era string) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "daemon", Version: "1"}, nil)
 	echo := func(_ context.Context, _ *mcp.CallToolRequest, in echoIn) (*mcp.CallToolResult, echoOut, error) {
 		return nil, echoOut(in), nil
 	}
 	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Description: "echoes"}, echo)
-	var requests, unauthorized, gets atomic.Int64
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	var requests, unauthorized, streams atomic.Int64
+	h := HTTPHandler(srv, nil)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		if r.Header.Get("Authorization") != "Bearer tok-1" {
 			unauthorized.Add(1)
 		}
-		if r.Method == http.MethodGet {
-			gets.Add(1)
+		if r.Method == http.MethodGet || r.Header.Get("Mcp-Method") == "subscriptions/listen" {
+			streams.Add(1)
 		}
 		h.ServeHTTP(w, r)
 	}))
 	defer ts.Close()
-
 	hostSide, bridgeSide := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -59,7 +65,7 @@ func TestBridgeForwardsToolListChanged(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 	})
-	cs, err := client.Connect(ctx, hostSide, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	cs, err := client.Connect(ctx, hostSide, &mcp.ClientSessionOptions{ProtocolVersion: era})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +73,14 @@ func TestBridgeForwardsToolListChanged(t *testing.T) {
 	if err != nil || res.IsError || res.StructuredContent.(map[string]any)["text"] != "hi" {
 		t.Fatalf("echo through the bridge: %v %+v", err, res)
 	}
-	// The stream is opened once the host's initialized went through.
-	for until := time.Now().Add(5 * time.Second); gets.Load() == 0; time.Sleep(10 * time.Millisecond) {
+	if got := cs.InitializeResult().ProtocolVersion; got != era {
+		t.Fatalf("session speaks %s, want %s", got, era)
+	}
+	// The stream is opened once the host's initialized went through (or
+	// its subscriptions/listen).
+	for until := time.Now().Add(5 * time.Second); streams.Load() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(until) {
-			t.Fatal("the bridge opened no standalone SSE stream")
+			t.Fatal("no stream for notifications was opened")
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // the GET is taken: the stream is registered
