@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -277,4 +279,36 @@ func TestUnformableQuestionFallsBackToFreeText(t *testing.T) {
 			t.Fatalf("requestedSchema %+v, want the one-field answer form", asked)
 		}
 	})
+}
+
+// Over A2A's HTTP binding (the agent served by a2a-go's a2asrv), the form
+// in the agent's input-required message reaches the host as
+// question_schema, and answer_data reaches the agent as a data part.
+func TestHTTPAgentStructuredQuestion(t *testing.T) {
+	s := startHTTP(t, httpStackOpts{streaming: true, misbehave: map[string]string{"C-9201": refagent.ModeStructuredQuestion}})
+	got := s.mustDelegate(t, httpDelegateArgs(evidence("C-9201", 30000), 60))
+	for got.State != "input-required" {
+		time.Sleep(20 * time.Millisecond)
+		var errText string
+		if got, errText = s.call(t, "task_get", map[string]any{"task_id": got.TaskID}, nil); errText != "" || task.State(got.State).Terminal() {
+			t.Fatalf("waiting for the question: %s %+v", errText, got)
+		}
+	}
+	if !sameJSON(t, got.QuestionSchema, approvalForm) {
+		t.Fatalf("question_schema %+v, want the agent's form", got.QuestionSchema)
+	}
+	if _, errText := s.call(t, "task_respond", map[string]any{"task_id": got.TaskID, "answer_data": map[string]any{"approve": false, "note": "no ID"}, "wait_seconds": 10}, nil); errText != "" {
+		t.Fatal(errText)
+	}
+	done := s.waitEnded(t, got.TaskID, 10*time.Second)
+	if done.State != "completed" {
+		t.Fatalf("after the answer: %s (%s)", done.State, done.Reason)
+	}
+	var fa []string
+	for _, b := range s.agent.Stats().FormAnswers {
+		fa = append(fa, string(b))
+	}
+	if !reflect.DeepEqual(fa, []string{`{"approve":false,"note":"no ID"}`}) {
+		t.Errorf("the agent got data parts %q", fa)
+	}
 }
