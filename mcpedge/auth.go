@@ -516,7 +516,8 @@ func PrincipalFromContext(ctx context.Context) (broker.Principal, bool) {
 const maxPeek = 4 << 20
 
 // ProtectMCP guards the MCP endpoint: every request needs a valid token
-// with a2a:read, and a tools/call needs the scope of its tool (HTTP 403
+// with a2a:read, and a tools/call needs the scope of its tool, a tasks/*
+// request that of its method ([TaskMethodScopes]) (HTTP 403
 // insufficient_scope naming it: MCP step-up authorization). The verified
 // token reaches tool handlers as req.Extra.TokenInfo, through the go-sdk's
 // own bearer middleware (which also binds sessions to the token's user).
@@ -544,6 +545,11 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 				a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+call.tool+" needs scope "+need, need)
 				return
 			}
+		}
+		if need, known := TaskMethodScopes[call.method]; known && !slices.Contains(ti.Scopes, need) {
+			a.refused("insufficient_scope")
+			a.challenge(w, http.StatusForbidden, "insufficient_scope", call.method+" needs scope "+need, need)
+			return
 		}
 		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))
 	})
