@@ -115,6 +115,14 @@ type TaskParams struct {
 	InputResponses map[string]json.RawMessage `json:"inputResponses,omitempty"`
 }
 
+// taskParamsShape is [TaskParams] as [screen] reads it: the same members
+// at the top level, so that a fault is named by its pointer.
+type taskParamsShape struct {
+	Meta           map[string]any             `json:"_meta"`
+	TaskID         string                     `json:"taskId"`
+	InputResponses map[string]json.RawMessage `json:"inputResponses"`
+}
+
 // TaskResult is a Task of the extension: the result of tasks/get
 // (resultType "complete", with the status's payload inlined) and the
 // CreateTaskResult of a task-augmented tools/call (resultType "task",

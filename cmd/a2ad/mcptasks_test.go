@@ -383,6 +383,21 @@ func TestMCPTasksExtension(t *testing.T) {
 		}
 	})
 
+	t.Run("malformed params are refused in a2ad's words", func(t *testing.T) {
+		r := h.send(mcpedge.MethodTasksGet, "5", map[string]any{"taskId": 5})
+		if r.Status != http.StatusBadRequest || r.Error == nil || r.Error.Code != -32602 || r.Error.Message != "invalid params: /params/taskId of tasks/get must be a string" {
+			t.Errorf("taskId 5: HTTP %d %+v", r.Status, r.Error)
+		}
+		r = h.send(mcpedge.MethodTasksGet, "", map[string]any{})
+		if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "/params/taskId of tasks/get is required") {
+			t.Errorf("no taskId: HTTP %d %+v", r.Status, r.Error)
+		}
+		r = h.send(mcpedge.MethodTasksUpdate, doneID, map[string]any{"taskId": doneID, "inputResponses": map[string]any{"x": 1}})
+		if r.Error != nil || !reflect.DeepEqual(r.Result, map[string]any{"resultType": "complete"}) {
+			t.Errorf("update of an ended task: %+v %v, want the acknowledgement (nothing outstanding)", r.Error, r.Result)
+		}
+	})
+
 	t.Run("Mcp-Name must be the taskId", func(t *testing.T) {
 		r := h.send(mcpedge.MethodTasksGet, "tsk-other", map[string]any{"taskId": doneID})
 		if r.Error == nil || r.Error.Code != -32020 || !strings.Contains(r.Error.Message, "Mcp-Name") {
