@@ -576,6 +576,9 @@ type call struct {
 	// refused is what [screen] refuses in the body (not for batches):
 	// answered with its JSON-RPC error before the go-sdk reads it.
 	refused *screenError
+	// taskID is the params.taskId of a tasks/* request (MCP Tasks
+	// extension), for its Mcp-Name routing header ([taskRouting]).
+	taskID string
 }
 
 type callKey struct{}
@@ -636,6 +639,14 @@ func parseCall(body []byte) call {
 		}
 		if json.Unmarshal(m["params"], &params) == nil {
 			c.cancels = canonicalID(params.RequestID)
+		}
+	}
+	if _, ok := TaskMethodScopes[c.method]; ok {
+		var params struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(m["params"], &params) == nil {
+			c.taskID = params.TaskID
 		}
 	}
 	if c.method != "tools/call" {

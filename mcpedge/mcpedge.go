@@ -218,6 +218,9 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 			bodyError(w, err)
 			return
 		}
+		if c.refused == nil {
+			c.refused = taskRouting(r.Header, c)
+		}
 		if c.refused != nil {
 			refusedMessage(w, c.refused)
 			return

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -65,10 +66,14 @@ var TaskMethodScopes = map[string]string{
 }
 
 // CodeMissingClientCapability is the JSON-RPC error of a tasks/* request
-// that does not declare the Tasks extension in its client capabilities
-// (SEP-2663, "Error Handling": -32003, Missing Required Client
-// Capability, with data.requiredCapabilities naming the extension).
-const CodeMissingClientCapability = -32003
+// that does not declare the Tasks extension in its client capabilities:
+// MissingRequiredClientCapability, -32021 in MCP 2026-07-28 (basic,
+// "Error Codes"; mcp.CodeMissingRequiredClientCapabilities), with
+// data.requiredCapabilities naming the extension, answered HTTP 400.
+// SEP-2663's draft text says -32003; the error it names is -32021 in
+// 2026-07-28, which the go-sdk and the conformance suite (0.2.0-alpha.12,
+// tasks-capability-negotiation) use.
+const CodeMissingClientCapability = mcp.CodeMissingRequiredClientCapabilities
 
 // TaskPollInterval is the pollIntervalMs a2ad suggests for a task that has
 // not ended: a tasks/get is one read of the task store (about 70 µs), far
@@ -273,13 +278,40 @@ func withoutTasks(caps *mcp.ServerCapabilities) *mcp.ServerCapabilities {
 	return &c
 }
 
+// taskRouting refuses a 2026-07-28 tasks/* POST whose Mcp-Name header
+// is not its params.taskId, missing included: -32020 (header mismatch),
+// answered 400 before the go-sdk reads it (SEP-2663 "Streamable HTTP:
+// Routing Headers"; SEP-2243 "Server Validation"). nil: it may go on.
+func taskRouting(h http.Header, c call) *screenError {
+	if _, ok := TaskMethodScopes[c.method]; !ok || h.Get("Mcp-Protocol-Version") < "2026-07-28" {
+		return nil
+	}
+	if name := h.Get("Mcp-Name"); name != c.taskID {
+		return &screenError{Code: mcp.CodeHeaderMismatch, ID: rawID(c.id),
+			Message: fmt.Sprintf("header mismatch: the Mcp-Name header of %s must be its params.taskId (MCP Tasks extension, routing headers); got %q", c.method, name)}
+	}
+	return nil
+}
+
+// rawID is a [canonicalID] as JSON again (nil for none).
+func rawID(canonical string) json.RawMessage {
+	if n, ok := strings.CutPrefix(canonical, "n:"); ok {
+		return json.RawMessage(n)
+	}
+	if s, ok := strings.CutPrefix(canonical, "s:"); ok {
+		b, _ := json.Marshal(s)
+		return b
+	}
+	return nil
+}
+
 // checkTaskRequest refuses a tasks/* request a2ad does not serve, in
 // this order: over stdio (-32601: HTTP only), without the extension
-// declared on the request or before 2026-07-28 (-32003 with
-// data.requiredCapabilities, SEP-2663), with an Mcp-Name header other
-// than the taskId (-32020, header mismatch: SEP-2663 "Streamable HTTP:
-// Routing Headers"), without the method's scope, without a taskId
-// (-32602).
+// declared on the request or before 2026-07-28 (-32021, Missing Required
+// Client Capability, with data.requiredCapabilities: MCP 2026-07-28
+// basic, "Error Codes", and SEP-2663), without the method's scope,
+// without a taskId (-32602). The Mcp-Name routing header was checked
+// before ([taskRouting]).
 func (e *Edge) checkTaskRequest(method string, req *mcp.ServerRequest[*TaskParams]) error {
 	if !overHTTP(req.Extra) {
 		return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
@@ -293,12 +325,6 @@ func (e *Edge) checkTaskRequest(method string, req *mcp.ServerRequest[*TaskParam
 	id := ""
 	if req.Params != nil {
 		id = req.Params.TaskID
-	}
-	if req.Extra.Header != nil && req.Extra.Header.Get("Mcp-Protocol-Version") >= "2026-07-28" {
-		if name := req.Extra.Header.Get("Mcp-Name"); name != id {
-			return &jsonrpc.Error{Code: mcp.CodeHeaderMismatch,
-				Message: fmt.Sprintf("header mismatch: the Mcp-Name header of %s must be its params.taskId (MCP Tasks extension, routing headers); got %q", method, name)}
-		}
 	}
 	p := e.principalOf(req.Extra)
 	if need := TaskMethodScopes[method]; !slices.Contains(p.Scopes, need) {

@@ -261,9 +261,9 @@ func TestMCPTasksExtension(t *testing.T) {
 			t.Fatalf("tools/call = %v, want the completed CallToolResult", res)
 		}
 		r := plain.send(mcpedge.MethodTasksGet, doneID, map[string]any{"taskId": doneID})
-		if r.Error == nil || r.Error.Code != mcpedge.CodeMissingClientCapability ||
+		if r.Status != http.StatusBadRequest || r.Error == nil || r.Error.Code != -32021 ||
 			!strings.Contains(string(r.Error.Data), `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
-			t.Fatalf("tasks/get without the extension: %+v, want -32003 naming it", r.Error)
+			t.Fatalf("tasks/get without the extension: HTTP %d %+v, want 400 and -32021 naming it", r.Status, r.Error)
 		}
 		// initialize (2025-11-25) never advertises it.
 		client := mcp.NewClient(&mcp.Implementation{Name: "old-host", Version: "1"}, nil)
@@ -399,9 +399,11 @@ func TestMCPTasksExtension(t *testing.T) {
 	})
 
 	t.Run("Mcp-Name must be the taskId", func(t *testing.T) {
-		r := h.send(mcpedge.MethodTasksGet, "tsk-other", map[string]any{"taskId": doneID})
-		if r.Error == nil || r.Error.Code != -32020 || !strings.Contains(r.Error.Message, "Mcp-Name") {
-			t.Fatalf("mismatched Mcp-Name: %+v, want -32020", r.Error)
+		for _, name := range []string{"tsk-other", ""} {
+			r := h.send(mcpedge.MethodTasksGet, name, map[string]any{"taskId": doneID})
+			if r.Status != http.StatusBadRequest || r.Error == nil || r.Error.Code != -32020 || !strings.Contains(r.Error.Message, "Mcp-Name") {
+				t.Errorf("Mcp-Name %q: HTTP %d %+v, want 400 and -32020", name, r.Status, r.Error)
+			}
 		}
 	})
 }
