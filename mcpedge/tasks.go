@@ -152,7 +152,17 @@ type TaskResult struct {
 	InputRequests mcp.InputRequestMap `json:"inputRequests,omitempty"`
 	// Result (completed) is the CallToolResult the tool call would have
 	// returned had it waited: task_get's result for the task.
-	Result *mcp.CallToolResult `json:"result,omitempty"`
+	Result *ToolResult `json:"result,omitempty"`
+}
+
+// ToolResult is a CallToolResult as a 2026-07-28 tools/call returns it,
+// resultType "complete" included (go-sdk v1.8.0 keeps that member
+// unexported in [mcp.CallToolResult], so it cannot be set there).
+type ToolResult struct {
+	Content           []mcp.Content   `json:"content"`
+	StructuredContent json.RawMessage `json:"structuredContent,omitempty"`
+	IsError           bool            `json:"isError,omitempty"`
+	ResultType        string          `json:"resultType"`
 }
 
 // AckResult is the empty acknowledgement of tasks/update and tasks/cancel.
@@ -508,7 +518,7 @@ func (e *Edge) taskResult(r *task.Record, resultType string) *TaskResult {
 // tool's output: the output, decoded and encoded again as the SDK does
 // when it validates it (members sorted, numbers as float64), as
 // structuredContent and, as text, as the one content.
-func callToolResult(out TaskOutput) *mcp.CallToolResult {
+func callToolResult(out TaskOutput) *ToolResult {
 	b, err := json.Marshal(out)
 	var v any
 	if err == nil {
@@ -518,9 +528,9 @@ func callToolResult(out TaskOutput) *mcp.CallToolResult {
 		b, err = json.Marshal(v)
 	}
 	if err != nil {
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "internal_error: " + msgInternal}}}
+		return &ToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "internal_error: " + msgInternal}}, ResultType: "complete"}
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: json.RawMessage(b)}
+	return &ToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: json.RawMessage(b), ResultType: "complete"}
 }
 
 // statusMessage says in a2ad's words (never the agent's, which the

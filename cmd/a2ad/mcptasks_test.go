@@ -247,7 +247,7 @@ func TestMCPTasksExtension(t *testing.T) {
 		// the extension.
 		plain := newTasksHost(t, d, full, false).call("tools/call", "task_get", map[string]any{"name": "task_get", "arguments": map[string]any{"task_id": id}})
 		inline := got["result"].(map[string]any)
-		if !reflect.DeepEqual(inline["structuredContent"], plain["structuredContent"]) || !reflect.DeepEqual(inline["content"], plain["content"]) {
+		if !reflect.DeepEqual(inline, plain) {
 			t.Errorf("inline result %v\nwant task_get's %v", inline, plain)
 		}
 		doneID = id
