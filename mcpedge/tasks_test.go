@@ -6,12 +6,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/task"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -193,5 +196,34 @@ func TestTasksNotOverStdio(t *testing.T) {
 	// `method not found: "tasks/get"`.)
 	if !errors.As(err, &we) || we.Code != jsonrpc.CodeMethodNotFound {
 		t.Fatalf("tasks/get over stdio: %v, want -32601", err)
+	}
+}
+
+// tasks/update and tasks/cancel spend a principal's writes, tasks/get
+// its reads.
+func TestTaskMethodsRateClasses(t *testing.T) {
+	l := NewRateLimiter(RateLimits{PerPrincipal: RateClasses{Writes: Rate{PerSecond: 0.001, Burst: 1}, Reads: Rate{PerSecond: 0.001, Burst: 2}}})
+	verify := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+		return &auth.TokenInfo{Expiration: time.Now().Add(time.Hour), Extra: map[string]any{"sub": "s", "tenant": "t"}}, nil
+	}
+	h := auth.RequireBearerToken(verify, nil)(l.MCP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})))
+	post := func(method string) int {
+		body := `{"jsonrpc":"2.0","id":1,"method":"` + method + `","params":{"taskId":"tsk-1"}}`
+		r := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer x")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, c := range []struct {
+		method string
+		want   int
+	}{
+		{MethodTasksUpdate, 200}, {MethodTasksCancel, 429}, // one write
+		{MethodTasksGet, 200}, {MethodTasksGet, 200}, {MethodTasksGet, 429}, // two reads
+	} {
+		if got := post(c.method); got != c.want {
+			t.Errorf("%s: HTTP %d, want %d", c.method, got, c.want)
+		}
 	}
 }
