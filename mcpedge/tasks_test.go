@@ -37,46 +37,48 @@ func TestTaskStatus(t *testing.T) {
 func TestParseInputResponse(t *testing.T) {
 	cases := []struct {
 		raw      string
-		answer   string
 		accepted bool
+		content  string
 		err      string
 	}{
-		{`{"action":"accept","content":{"answer":"  yes "}}`, "yes", true, ""},
-		{`{"action":"accept","content":{}}`, "", true, ""},
-		{`{"action":"accept"}`, "", true, ""},
-		{`{"action":"decline"}`, "", false, ""},
-		{`{"action":"cancel","content":{"answer":"ignored"}}`, "", false, ""},
-		{`{"action":"accept","content":{"answer":7}}`, "", true, "/content/answer: want a string"},
-		{`{"action":"maybe"}`, "", false, `/action "maybe"`},
-		{`{"content":{"answer":"yes"}}`, "", false, "want an elicitation result"},
-		{`"yes"`, "", false, "want an elicitation result"},
-		{`{"action":"accept","content":{"answer":"` + strings.Repeat("a", MaxInputResponseBytes) + `"}}`, "", false, "larger than 65536 bytes"},
+		{`{"action":"accept","content":{"answer":"  yes "}}`, true, `{"answer":"  yes "}`, ""},
+		{`{"action":"accept","content":{}}`, true, `{}`, ""},
+		{`{"action":"accept"}`, true, `{}`, ""},
+		{`{"action":"accept","content":null}`, true, `{}`, ""},
+		{`{"action":"decline"}`, false, "", ""},
+		{`{"action":"cancel","content":{"answer":"ignored"}}`, false, "", ""},
+		{`{"action":"accept","content":"yes"}`, false, "", "/content: want a JSON object"},
+		{`{"action":"maybe"}`, false, "", `/action "maybe"`},
+		{`{"content":{"answer":"yes"}}`, false, "", "want an elicitation result"},
+		{`"yes"`, false, "", "want an elicitation result"},
+		{`{"action":"accept","content":{"answer":"` + strings.Repeat("a", MaxInputResponseBytes) + `"}}`, false, "", "larger than 65536 bytes"},
 	}
 	for _, c := range cases {
-		answer, accepted, err := ParseInputResponse(json.RawMessage(c.raw))
-		if answer != c.answer || accepted != c.accepted || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("ParseInputResponse(%.60s) = %q, %v, %v; want %q, %v, %q", c.raw, answer, accepted, err, c.answer, c.accepted, c.err)
+		got, err := ParseInputResponse(json.RawMessage(c.raw))
+		if got.Accepted != c.accepted || string(got.Content) != c.content || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("ParseInputResponse(%.60s) = %+v, %v; want %v %s, %q", c.raw, got, err, c.accepted, c.content, c.err)
 		}
 	}
 }
 
 // An input response is a host's JSON: whatever it is, parsing ends with an
-// answer, a refusal or an error in a2ad's words, never a panic, and an
-// answer is trimmed and bounded.
+// accepted JSON object, a refusal or an error in a2ad's words, never a
+// panic.
 func FuzzParseInputResponse(f *testing.F) {
 	for _, s := range []string{`{"action":"accept","content":{"answer":"yes"}}`, `{"action":"decline"}`, `{"action":"accept","content":{"answer":null}}`, `[]`, `{"action":1}`, ``} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		answer, accepted, err := ParseInputResponse(raw)
+		got, err := ParseInputResponse(raw)
 		if err != nil {
-			if answer != "" || strings.Contains(err.Error(), "json:") {
-				t.Fatalf("error %q with answer %q", err, answer)
+			if got.Accepted || got.Content != nil || strings.Contains(err.Error(), "json:") {
+				t.Fatalf("error %q with %+v", err, got)
 			}
 			return
 		}
-		if answer != strings.TrimSpace(answer) || len(answer) > MaxInputResponseBytes || (!accepted && answer != "") {
-			t.Fatalf("answer %q accepted %v", answer, accepted)
+		var obj map[string]json.RawMessage
+		if got.Accepted != (got.Content != nil) || (got.Accepted && json.Unmarshal(got.Content, &obj) != nil) || len(got.Content) > MaxInputResponseBytes {
+			t.Fatalf("%+v", got)
 		}
 	})
 }

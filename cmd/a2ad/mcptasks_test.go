@@ -210,7 +210,7 @@ func answerKey(t *testing.T, res map[string]any) (string, map[string]any) {
 }
 
 func TestMCPTasksExtension(t *testing.T) {
-	d, _, _ := restartable(t, "embedded-nats", map[string]string{"C-903": refagent.ModeSilent, "C-904": refagent.ModeInvalidArtifact})
+	d, _, _ := restartable(t, "embedded-nats", map[string]string{"C-903": refagent.ModeSilent, "C-904": refagent.ModeInvalidArtifact, "C-908": refagent.ModeStructuredQuestion})
 	full := d.token(t, mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate)
 	h := newTasksHost(t, d, full, true)
 
@@ -317,6 +317,29 @@ func TestMCPTasksExtension(t *testing.T) {
 		}
 		if ev := strings.Join(getRecord(t, d, id).events(), " "); ev != reviewCaseHistory {
 			t.Errorf("history %q, want %q", ev, reviewCaseHistory)
+		}
+	})
+
+	t.Run("a question with a form: the agent's form, the answer checked against it", func(t *testing.T) {
+		id := checkCreated(t, h.delegate(delegateArgs("C-908", 1999, "", 20)), 120)
+		key, ask := answerKey(t, h.poll(id, mcpedge.TaskStatusInputRequired, 20*time.Second))
+		var got, want any
+		b, _ := json.Marshal(ask["params"].(map[string]any)["requestedSchema"])
+		_ = json.Unmarshal(b, &got)
+		_ = json.Unmarshal([]byte(refagent.ApprovalForm), &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("requestedSchema %s, want the agent's form %s", b, refagent.ApprovalForm)
+		}
+		r := h.send(mcpedge.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"approve": "yes"}}}})
+		if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "/params/inputResponses/"+key+"/content/approve (type)") {
+			t.Fatalf("an answer not satisfying the form: %+v, want -32602 naming /content/approve (type)", r.Error)
+		}
+		if again, _ := answerKey(t, h.call(mcpedge.MethodTasksGet, id, map[string]any{"taskId": id})); again != key {
+			t.Fatalf("after a refused answer: key %s, want %s still outstanding", again, key)
+		}
+		h.call(mcpedge.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"approve": true}}}})
+		if sc := structured(t, h.poll(id, mcpedge.TaskStatusCompleted, 20*time.Second)); sc["state"] != "completed" {
+			t.Fatalf("after the answer: %v", sc)
 		}
 	})
 
