@@ -443,10 +443,29 @@ func TestMCPTasksSurviveRestartAndInstances(t *testing.T) {
 		h := newTasksHost(t, d, d.token(t, mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate), true)
 		id := checkCreated(t, h.delegate(delegateArgs("C-911", 125000, "", 20)), 120)
 		d.kill(t)
+		start := time.Now()
 		d2 := startDaemon(t, nil, flags...)
+		t.Logf("serving again after %s", time.Since(start))
 		h2 := newTasksHost(t, d2, d2.token(t, mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate), true)
-		key, _ := answerKey(t, h2.poll(id, mcpedge.TaskStatusInputRequired, 30*time.Second))
-		h2.call(mcpedge.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"answer": "yes"}}}})
+		// The agent reconnects to the new process's NATS about when a2ad
+		// serves again: until it has, an answer cannot reach it
+		// (agent_offline, the question still outstanding under a new key),
+		// and the host answers again.
+		until := time.Now().Add(15 * time.Second)
+		for {
+			key, _ := answerKey(t, h2.poll(id, mcpedge.TaskStatusInputRequired, 30*time.Second))
+			t.Logf("input_required %s after the restart", time.Since(start))
+			r := h2.send(mcpedge.MethodTasksUpdate, id, map[string]any{"taskId": id, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"answer": "yes"}}}})
+			if r.Error == nil {
+				t.Logf("answered %s after the restart", time.Since(start))
+				break
+			}
+			if r.Error.Code != -32603 || !strings.Contains(r.Error.Message, "agent_offline") || time.Now().After(until) {
+				t.Fatalf("tasks/update after the restart: %+v", r.Error)
+			}
+			t.Logf("tasks/update before the agent is back: %s", r.Error.Message)
+			time.Sleep(100 * time.Millisecond)
+		}
 		if sc := structured(t, h2.poll(id, mcpedge.TaskStatusCompleted, 30*time.Second)); sc["state"] != "completed" {
 			t.Fatalf("after restart and answer: %v", sc)
 		}
