@@ -1,12 +1,14 @@
 package mcpedge
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -299,6 +301,28 @@ func taskRouting(h http.Header, c call) *screenError {
 	if name := h.Get("Mcp-Name"); name != c.taskID {
 		return &screenError{Code: mcp.CodeHeaderMismatch, ID: rawID(c.id),
 			Message: fmt.Sprintf("header mismatch: the Mcp-Name header of %s must be its params.taskId (MCP Tasks extension, routing headers); got %q", c.method, name)}
+	}
+	return nil
+}
+
+// setTaskRouting gives a 2026-07-28 tasks/* POST that the go-sdk client
+// sent without one its Mcp-Name header, the params.taskId (the go-sdk
+// v1.8.0 sets Mcp-Name only for tools/call, prompts/get and
+// resources/read): for [Bridge], which forwards a host's messages
+// unchanged and must route them as the host would ([taskRouting]).
+func setTaskRouting(req *http.Request) error {
+	if _, ok := TaskMethodScopes[req.Header.Get("Mcp-Method")]; !ok || req.Header.Get("Mcp-Name") != "" || req.Body == nil {
+		return nil
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxPeek+1))
+	if err != nil {
+		return err
+	}
+	_ = req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if c := parseCall(body); c.taskID != "" {
+		req.Header.Set("Mcp-Name", c.taskID)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/refagent"
+	"github.com/a2ad/a2ad/internal/testlog"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -481,4 +483,89 @@ func TestMCPTasksSurviveRestartAndInstances(t *testing.T) {
 			t.Fatalf("on the other instance: %v", sc)
 		}
 	})
+}
+
+// Through `a2ad mcp` (the stdio bridge, as the README configures it), a
+// host that speaks the extension gets the task handle and follows the
+// task with tasks/get: the bridge routes tasks/* by their taskId
+// (Mcp-Name) as the extension asks of a client.
+func TestMCPTasksThroughTheBridge(t *testing.T) {
+	r := startBridgeRig(t, true, nil)
+	cfg := r.hostConfigs(t)[0]
+	cmd := exec.Command(bin, cfg.Args...)
+	stderr := &testlog.Buffer{}
+	cmd.Stderr = stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close() // kept open until every answer was read (go-sdk#1061)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("a2ad mcp stderr:\n%s", tail(stderr.String(), 20))
+		}
+	})
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	id := 0
+	rpc := func(method string, params map[string]any) map[string]any {
+		t.Helper()
+		id++
+		params["_meta"] = map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientInfo":         map[string]any{"name": "raw-stdio-host", "version": "1"},
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{mcpedge.TasksExtension: map[string]any{}}},
+		}
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		if _, err := stdin.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		for lines.Scan() {
+			var m struct {
+				ID     int             `json:"id"`
+				Result map[string]any  `json:"result"`
+				Error  json.RawMessage `json:"error"`
+			}
+			if json.Unmarshal(lines.Bytes(), &m) == nil && m.ID == id {
+				if m.Error != nil {
+					t.Fatalf("%s: %s", method, m.Error)
+				}
+				return m.Result
+			}
+		}
+		t.Fatalf("%s: no answer: %v", method, lines.Err())
+		return nil
+	}
+	until := time.Now().Add(15 * time.Second)
+	var res map[string]any
+	for {
+		res = rpc("tools/call", map[string]any{"name": "delegate", "arguments": delegateArgs("C-921", 125000, "", 20)})
+		if res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "agent_not_found") || time.Now().After(until) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	taskID := checkCreated(t, res, 120)
+	for {
+		got := rpc(mcpedge.MethodTasksGet, map[string]any{"taskId": taskID})
+		if got["status"] == mcpedge.TaskStatusInputRequired {
+			key, _ := answerKey(t, got)
+			ackd := rpc(mcpedge.MethodTasksUpdate, map[string]any{"taskId": taskID, "inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"answer": "yes"}}}})
+			if ackd["resultType"] != "complete" {
+				t.Fatalf("tasks/update through the bridge: %v", ackd)
+			}
+		}
+		if got["status"] == mcpedge.TaskStatusCompleted {
+			if sc := structured(t, got); sc["state"] != "completed" || sc["task_id"] != taskID {
+				t.Fatalf("completed through the bridge: %v", sc)
+			}
+			return
+		}
+		if time.Now().After(until.Add(15 * time.Second)) {
+			t.Fatalf("task %s still %v", taskID, got["status"])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
