@@ -40,6 +40,9 @@ type Edge struct {
 	stdio    *broker.Principal
 	stateKey []byte
 	stopping <-chan struct{}
+	// retention is how long ended tasks are kept (the Tasks extension's
+	// ttlMs); 0: task.DefaultRetention.
+	retention time.Duration
 }
 
 // Options configure NewServer.
@@ -64,6 +67,10 @@ type Options struct {
 	// calls waiting for a task return it as it is at once (the task goes
 	// on; the host follows it with task_get on another instance).
 	Stopping <-chan struct{}
+	// TaskRetention is how long an ended task stays in the store before it
+	// is removed (retention.ended_tasks; 0: task.DefaultRetention), for the
+	// ttlMs of the MCP Tasks extension (tasks.go).
+	TaskRetention time.Duration
 }
 
 // principalOf is the caller of a request: the verified token's subject,
@@ -84,7 +91,7 @@ func (e *Edge) principal(req *mcp.CallToolRequest) broker.Principal { return e.p
 
 // NewServer returns an MCP server with a2ad's tools.
 func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server {
-	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey, stopping: opts.Stopping}
+	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey, stopping: opts.Stopping, retention: opts.TaskRetention}
 	caps := serverCapabilities(opts.ConformanceTools)
 	s := mcp.NewServer(Implementation, &mcp.ServerOptions{
 		Instructions: "a2ad delegates bounded work to remote A2A agents. Call agents_list, then delegate with an objective, " +
@@ -137,6 +144,7 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 		e.addConformanceTools(s)
 	}
 	s.AddReceivingMiddleware(refuseUndeclared(caps), secondInitialize, scopeFilter(e.principalOf), checkToolArguments)
+	e.addTaskMethods(s)
 	if opts.Tracer != nil {
 		s.AddReceivingMiddleware(traceMiddleware(opts.Tracer))
 	}
@@ -209,6 +217,9 @@ func HTTPHandler(s *mcp.Server, log *slog.Logger) http.Handler {
 		if err != nil {
 			bodyError(w, err)
 			return
+		}
+		if c.refused == nil {
+			c.refused = taskRouting(r.Header, c)
 		}
 		if c.refused != nil {
 			refusedMessage(w, c.refused)
@@ -453,6 +464,12 @@ func (e *Edge) wait(ctx context.Context, req *mcp.CallToolRequest, p broker.Prin
 // interrupted), whose progress notifications count on from progress (the
 // last value the call sent before an input request; 0 for a new call).
 func (e *Edge) waitUntil(ctx context.Context, req *mcp.CallToolRequest, p broker.Principal, r *task.Record, d time.Duration, progress int, done func(*task.Record) bool) (*mcp.CallToolResult, TaskOutput, error) {
+	if h := taskHandleOf(ctx); h != nil {
+		// A task-augmented call (MCP Tasks extension, tasks.go): the task
+		// is stored; the host follows it with tasks/get.
+		h.record = r
+		return nil, view(r, false), nil
+	}
 	token := req.Params.GetProgressToken()
 	n := progress
 	notify := func(r *task.Record) {
