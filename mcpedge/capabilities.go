@@ -16,9 +16,13 @@ import (
 // logging either (go-sdk v1.8.0 declares logging, and tools.listChanged,
 // unless told otherwise). With conformance (Options.ConformanceTools,
 // never in production) also prompts, without listChanged: the suite's one
-// test prompt (conformance.go), which never changes either.
+// test prompt (conformance.go), which never changes either. And the MCP
+// Tasks extension (SEP-2663, tasks.go), declared in server/discover over
+// HTTP only: initialize results and stdio sessions have it taken out
+// again (tasksMiddleware).
 func serverCapabilities(conformance bool) *mcp.ServerCapabilities {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	caps.AddExtension(TasksExtension, nil)
 	if conformance {
 		caps.Prompts = &mcp.PromptCapabilities{}
 	}
