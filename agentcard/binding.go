@@ -272,7 +272,9 @@ type HTTPAgent struct {
 // tenant. Errors: [ErrAgentNotFound] for an agent neither stored nor
 // configured; *[NotDelegableError] for one that is not delegable now
 // (pending, quarantined, no usable interface, a required signature that
-// does not verify); [ErrNATSAgent] for one delegated to over NATS.
+// does not verify); [ErrNATSAgent] for one delegated to over NATS. An
+// agent that is only offline ([ReachabilityOffline]) has its target: its
+// tasks are still delivered to, and it is probed there.
 func (r *Registry) HTTPTarget(ctx context.Context, agentID string) (HTTPAgent, error) {
 	v, rec, err := r.viewedAgent(ctx, agentID)
 	if err != nil {
@@ -281,7 +283,7 @@ func (r *Registry) HTTPTarget(ctx context.Context, agentID string) (HTTPAgent, e
 	switch {
 	case rec == nil:
 		return HTTPAgent{}, ErrAgentNotFound
-	case !rec.Delegable:
+	case !rec.Delegable && !rec.offline:
 		return HTTPAgent{}, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
 	case v.cardErr != nil:
 		return HTTPAgent{}, v.cardErr

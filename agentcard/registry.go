@@ -96,9 +96,10 @@ type AgentConfig struct {
 // under the agent id.
 //
 // Tenants, Delegable, NotDelegableReason, SignatureVerified, SignedForm,
-// SignaturePayload, Warnings, Notes and LastRefusal are as the [Registry] reading
-// the record has them, from its own configuration, scanner and memory: the
-// stored values are the writer's, and are not read back.
+// SignaturePayload, Warnings, Notes, LastRefusal and Liveness are as the
+// [Registry] reading the record has them, from its own configuration,
+// scanner, probes and memory: the stored values are the writer's, and are
+// not read back (Liveness and LastRefusal are not stored at all).
 type Record struct {
 	AgentID string `json:"agent_id"`
 	// Card is the last card the agent registered, in its A2A 1.0 form
@@ -124,8 +125,9 @@ type Record struct {
 	// no signature or one verifies (SignatureVerified), and the card has an
 	// interface a2ad delegates over ([SelectInterface]: a [NATSInterface],
 	// else a JSONRPC or HTTP+JSON one at an origin the card's CardOrigin or
-	// the configuration vouches for); otherwise NotDelegableReason says why
-	// not.
+	// the configuration vouches for), and this instance does not find the
+	// agent offline (Liveness); otherwise NotDelegableReason says why not.
+	// Binding and Interface stay set for an agent that is only offline.
 	Delegable          bool   `json:"delegable"`
 	NotDelegableReason string `json:"not_delegable_reason,omitempty"`
 	// Binding is the binding a2ad delegates over when Delegable
@@ -170,6 +172,13 @@ type Record struct {
 	// members it does not know (kept in Card and its fingerprint, not acted
 	// on), interfaces and links nobody could use. For the operator's review.
 	Notes []Note `json:"notes,omitempty"`
+	// Liveness is whether this a2ad instance reaches the agent now
+	// ([Registry.Observe]): in memory, per instance, never stored. An
+	// agent that is offline is not Delegable, with the NotDelegableReason
+	// "offline: " and Liveness.Reason.
+	Liveness Liveness `json:"liveness,omitzero"`
+	// offline: Delegable is false only because the agent is offline.
+	offline bool
 }
 
 // ErrAgentNotFound means the agent is not registered, or not visible to the
@@ -188,6 +197,9 @@ var ErrFingerprintMismatch = errors.New("agentcard: fingerprint is not the curre
 type NotDelegableError struct {
 	AgentID string
 	Reason  string
+	// Offline: the agent is refused only because this instance does not
+	// reach it now (Reason "offline: …", [ReachabilityOffline]).
+	Offline bool
 }
 
 func (e *NotDelegableError) Error() string {
@@ -230,6 +242,9 @@ type Registry struct {
 	subMu sync.Mutex
 	subs  map[int]func(agentID string) // of Subscribe, by handle
 	subN  int
+
+	liveMu   sync.Mutex
+	liveness map[string]*liveness // of Observe, by agent id
 }
 
 // Subscribe calls fn with an agent's id after each change this registry
@@ -547,6 +562,7 @@ func (r *Registry) view(rec *Record) {
 	rec.Delegable, rec.NotDelegableReason = false, ""
 	rec.Binding, rec.Interface, rec.AuthWarnings = "", nil, nil
 	rec.Warnings, rec.Notes = nil, nil
+	rec.Liveness, rec.offline = r.Liveness(rec.AgentID), false
 	if len(rec.Card) == 0 {
 		rec.NotDelegableReason = noCard
 		return
@@ -571,6 +587,10 @@ func (r *Registry) view(rec *Record) {
 	default:
 		in := c.iface
 		rec.Delegable, rec.Binding, rec.Interface = true, c.bindName, &in
+		if rec.Liveness.Reachability == ReachabilityOffline {
+			rec.Delegable, rec.offline = false, true
+			rec.NotDelegableReason = "offline: " + rec.Liveness.Reason
+		}
 	}
 }
 
@@ -730,7 +750,8 @@ func (r *Registry) change(ctx context.Context, agentID string, next func(old *Re
 		}
 		r.view(rec)
 		stored := *rec
-		stored.LastRefusal = nil // this instance's memory, not the agent's record
+		// This instance's memory, not the agent's record.
+		stored.LastRefusal, stored.Liveness = nil, Liveness{}
 		body, err := encodeRecord(&stored)
 		if err != nil {
 			return nil, err
@@ -888,7 +909,8 @@ func (r *Registry) List(ctx context.Context, tenant string) ([]Record, error) {
 // ForDelegation returns the record and parsed card of an agent tenant may
 // delegate to, with the requested skill present. Errors: ErrAgentNotFound if
 // tenant cannot see the agent; *[NotDelegableError] if it is visible but not
-// delegable (quarantined, or no interface a2ad delegates over: [SelectInterface]); an error wrapping
+// delegable (quarantined, no interface a2ad delegates over: [SelectInterface],
+// or offline: [ReachabilityOffline], with Offline set); an error wrapping
 // [ErrSkillNotFound] if the card lacks skillID. The card is shared with
 // later calls: do not modify it.
 //
@@ -912,7 +934,7 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 		return nil, nil, ErrAgentNotFound
 	}
 	if !rec.Delegable {
-		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason}
+		return nil, nil, &NotDelegableError{AgentID: agentID, Reason: rec.NotDelegableReason, Offline: rec.offline}
 	}
 	if v.cardErr != nil {
 		return nil, nil, v.cardErr

@@ -207,17 +207,25 @@ approved again.
 	return cmd
 }
 
-// printAgents is `agents list`: one agent a line; BINDING is how a2ad
-// reaches a delegable agent (nats, JSONRPC, HTTP+JSON; empty when it is
-// not delegable); WARNINGS is the number of card fields phrased as
-// instructions to a model (`agents show` says which).
+// printAgents is `agents list`: one agent a line; REACHABLE is whether
+// the daemon answering reaches the agent over its binding now (reachable,
+// offline, or unknown: not probed yet); BINDING is how a2ad reaches an
+// approved agent (nats, JSONRPC, HTTP+JSON; empty when it has no usable
+// interface or is not approved); WARNINGS is the number of card fields
+// phrased as instructions to a model (`agents show` says which).
 func printAgents(w io.Writer, agents []agentcard.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tBINDING\tFINGERPRINT\tWARNINGS\tREASON")
+	fmt.Fprintln(tw, "AGENT\tSTATUS\tDELEGABLE\tREACHABLE\tBINDING\tFINGERPRINT\tWARNINGS\tREASON")
 	for _, a := range agents {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%s\n", a.AgentID, a.Status, a.Delegable, a.Binding, a.Fingerprint, len(a.Warnings), cmp.Or(a.StatusReason, a.NotDelegableReason))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%d\t%s\n", a.AgentID, a.Status, a.Delegable, reachability(a.Liveness), a.Binding, a.Fingerprint, len(a.Warnings), cmp.Or(a.StatusReason, a.NotDelegableReason))
 	}
 	return tw.Flush()
+}
+
+// reachability is an agent's liveness as the CLI shows it: "unknown"
+// when the daemon has not probed it.
+func reachability(l agentcard.Liveness) string {
+	return cmp.Or(string(l.Reachability), string(agentcard.ReachabilityUnknown))
 }
 
 func printAgent(w io.Writer, a *agentcard.Record) error {
@@ -231,6 +239,14 @@ func printAgent(w io.Writer, a *agentcard.Record) error {
 	if a.NotDelegableReason != "" {
 		fmt.Fprintf(tw, "Not delegable:\t%s\n", a.NotDelegableReason)
 	}
+	fmt.Fprintf(tw, "Reachable:\t%s", reachability(a.Liveness))
+	if l := a.Liveness; !l.Since.IsZero() {
+		fmt.Fprintf(tw, " since %s", l.Since.UTC().Format(time.RFC3339))
+	}
+	if l := a.Liveness; !l.CheckedAt.IsZero() {
+		fmt.Fprintf(tw, " (checked %s)", l.CheckedAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintln(tw)
 	if a.Binding != "" && a.Interface != nil {
 		// The interface URL is the card's, checked as a URL: shown quoted if
 		// it holds anything a line should not.

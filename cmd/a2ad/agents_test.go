@@ -23,7 +23,7 @@ func TestAgentsCLIShowsCardWarnings(t *testing.T) {
 	if err := printAgents(&list, []agentcard.Record{rec, {AgentID: "refund-ledger", Status: agentcard.StatusApproved}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, re := range []string{`(?m)^AGENT\s+STATUS\s+DELEGABLE\s+BINDING\s+FINGERPRINT\s+WARNINGS\s+REASON$`, `(?m)^fraud-review\s+quarantined\s+false\s+sha256:25def1ed\s+2\s*$`, `(?m)^refund-ledger\s+approved\s+false\s+0\s*$`} {
+	for _, re := range []string{`(?m)^AGENT\s+STATUS\s+DELEGABLE\s+REACHABLE\s+BINDING\s+FINGERPRINT\s+WARNINGS\s+REASON$`, `(?m)^fraud-review\s+quarantined\s+false\s+unknown\s+sha256:25def1ed\s+2\s*$`, `(?m)^refund-ledger\s+approved\s+false\s+unknown\s+0\s*$`} {
 		if !regexp.MustCompile(re).MatchString(list.String()) {
 			t.Errorf("agents list lacks %s:\n%s", re, list.String())
 		}

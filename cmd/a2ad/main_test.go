@@ -443,7 +443,7 @@ func TestAgentsCLIApproveAndQuarantine(t *testing.T) {
 	if rec.Fingerprint != "sha256:25def1edcba40677aa566a020fe76c1d30dc9124faf5eaaafbdff4e119f157a5" || rec.Delegable {
 		t.Fatalf("pending agent: %+v", rec)
 	}
-	if out, _ := run("agents", "list"); !regexp.MustCompile(`(?m)^fraud-review\s+pending\s+false\s+sha256:25def1ed`).MatchString(out) {
+	if out, _ := run("agents", "list"); !regexp.MustCompile(`(?m)^fraud-review\s+pending\s+false\s+unknown\s+sha256:25def1ed`).MatchString(out) {
 		t.Errorf("agents list:\n%s", out)
 	}
 	h := connectHost(t, d)

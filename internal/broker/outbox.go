@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/failpoint"
+	"github.com/a2ad/a2ad/internal/liveness"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/task"
 	"github.com/nats-io/nats.go"
@@ -225,9 +227,7 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		}
 	}
 	if sent {
-		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), callDeadline(r, o, timeout))
-		res, err = b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
-		cancel()
+		res, err = s.send(ctx, b, r, o, timeout, brief)
 	}
 	if err == nil && o.Method == a2a.MethodSendMessage {
 		_, err = decodeTaskReply(res)
@@ -374,6 +374,73 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		return nil
 	})
 	return orCurrent(got, uerr)
+}
+
+// offlinePause is the pause between two sends of a brief that found its
+// agent offline within [agentcard.UnreachedGrace].
+const offlinePause = 100 * time.Millisecond
+
+// send sends outbox o of r through b, and tells the registry what the
+// outcome says of the agent's liveness: an answer of any kind makes it
+// reachable, an offline outcome (nothing reached it) offline.
+//
+// waitOffline is the host's own call delivering a brief: when it finds
+// the agent offline while this instance does not know it to be (not
+// reached since start, or reachable until now), the brief is sent again
+// every offlinePause for up to agentcard.UnreachedGrace, within the
+// task's deadline and the outbox's lease: an agent connected to an earlier
+// run of a2ad (with its embedded NATS) reconnects about a second after a
+// restart, and a brief that reached nobody may be sent again. An agent
+// known to be offline gets one attempt.
+func (s *Service) send(ctx context.Context, b Binding, r *task.Record, o task.Outbound, timeout time.Duration, waitOffline bool) (json.RawMessage, error) {
+	start := time.Now()
+	waitOffline = waitOffline && s.Agents != nil && s.Agents.Liveness(r.AgentID).Reachability != agentcard.ReachabilityOffline
+	for {
+		dl := callDeadline(r, o, timeout)
+		if waitOffline && !o.NotBefore.IsZero() {
+			// Never past the lease: another instance may redeliver then.
+			dl = minTime(dl, o.NotBefore.Add(-offlinePause))
+		}
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+		res, err := b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
+		cancel()
+		out := classify(err)
+		again := waitOffline && out == offline && ctx.Err() == nil &&
+			time.Since(start)+offlinePause < agentcard.UnreachedGrace && time.Until(dl) > sendTimeout/2
+		if !again {
+			s.observe(r.AgentID, out, err, start)
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(offlinePause):
+		}
+	}
+}
+
+// observe tells the registry what one delivery's outcome says of the
+// agent's liveness (first: when the attempts that led to it began).
+func (s *Service) observe(agentID string, out outcome, err error, first time.Time) {
+	if s.Agents == nil {
+		return
+	}
+	switch out {
+	case delivered, refused, garbled:
+		s.Agents.Observe(agentID, true, "", time.Now().UTC())
+	case offline:
+		reason := liveness.Reason(err)
+		// The failure began with the first attempt: an agent not reached
+		// since start counts as offline once it failed for the grace.
+		s.Agents.Observe(agentID, false, reason, first.UTC())
+		s.Agents.Observe(agentID, false, reason, time.Now().UTC())
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // clearOutbox removes outbox o from task id (nothing more to deliver).

@@ -318,10 +318,17 @@ func TestRegistrationAnswersOnlyIntoTheAgentsInbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Everything a2ad publishes outside _INBOX_agent-a is watched.
+	// Everything a2ad publishes outside _INBOX_agent-a is watched, but
+	// its liveness probes of the approved agent (a request, GetTask of
+	// natsbind.ProbeTaskID on the agent's RPC subject).
 	seen := make(chan string, 16)
 	for _, subj := range []string{"_INBOX_agent-b.>", "a2a.agent.>", "a2a.events.>", "$KV.a2ad_agents.>", "$KV.a2ad_secrets.>", "$KV.a2ad_tasks.>"} {
-		if _, err := op.Subscribe(subj, func(m *nats.Msg) { seen <- m.Subject }); err != nil {
+		if _, err := op.Subscribe(subj, func(m *nats.Msg) {
+			if m.Subject == natsbind.RPCSubject("agent-a") && m.Reply != "" && bytes.Contains(m.Data, []byte(`"id":"`+natsbind.ProbeTaskID+`"`)) {
+				return
+			}
+			seen <- m.Subject
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -116,6 +116,9 @@ type Config struct {
 	Retention RetentionConfig `yaml:"retention"`
 	// Tracing configures OpenTelemetry tracing.
 	Tracing tracing.Config `yaml:"tracing"`
+	// Liveness configures the probes of agents' liveness
+	// (docs/operations.md, "Agent liveness").
+	Liveness LivenessConfig `yaml:"liveness"`
 	// AgentLimits bound, per agent, what one agent can make a2ad store and
 	// do (docs/isolation.md); an agent's own Limits override them field by
 	// field. Zero fields take [DefaultAgentLimits].
@@ -288,6 +291,9 @@ func (c Config) checkLimits() error {
 	}
 	if c.Retention.RemovalsPerSecond < 0 {
 		errs = append(errs, fmt.Errorf("config: retention.removals_per_second %v: want 0 (the default, %d) or more", c.Retention.RemovalsPerSecond, task.DefaultRemovalsPerSecond))
+	}
+	if c.Liveness.Period < 0 || c.Liveness.Timeout < 0 || (c.Liveness.Period > 0 && c.Liveness.Timeout > c.Liveness.Period) {
+		errs = append(errs, fmt.Errorf("config: liveness.period %s, liveness.timeout %s: want durations such as 5s and 2s (the defaults), the timeout no longer than the period", c.Liveness.Period, c.Liveness.Timeout))
 	}
 	if c.Audit.MaxAge < 0 {
 		errs = append(errs, fmt.Errorf("config: audit.max_age %s: want a duration such as 2160h (90 days, the default)", c.Audit.MaxAge))

@@ -326,7 +326,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		return nil, err
 	}
 	limitsOfBriefs := brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}.WithDefaults()
-	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Bindings: map[string]broker.Binding{"": natsbind.NewClient(d.nc)}, Log: log,
+	natsClient := natsbind.NewClient(d.nc)
+	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Bindings: map[string]broker.Binding{"": natsClient}, Log: log,
 		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow,
 		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey, IdempotencySince: idemSince,
 		// Tasks of earlier versions are found by their ids for as long as
@@ -339,6 +340,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	d.Service.Bindings[agentcard.BindingJSONRPC] = d.httpb.binding
 	d.Service.Bindings[agentcard.BindingHTTPJSON] = d.httpb.binding
 	d.Service.OnHTTPReply = d.httpb.follower.PublishReply
+	d.startLiveness(runCtx, agents, natsClient)
 	policies := map[string]artifact.Policy{}
 	limits := map[string]task.EventLimits{}
 	for _, a := range cfg.Agents {

@@ -184,3 +184,49 @@ func (c *Client) Send(ctx context.Context, agentID, method string, params json.R
 	}
 	return c.Call(ctx, agentID, method, params, hdr)
 }
+
+// ProbeTaskID is the task id a2ad's liveness probe asks for: GetTask of
+// a task no agent holds (a2ad's own task ids begin "tsk-", and an agent's
+// own ids are never asked with this one), which any agent following
+// docs/nats-binding.md answers at once, doing no work: TaskNotFound (A2A
+// 1.0 §8: -32001), or any other answer.
+const ProbeTaskID = "a2ad-liveness-probe"
+
+// ErrNoAnswer means a probe got no answer before its deadline: the agent
+// may be subscribed, but it does not answer.
+var ErrNoAnswer = fmt.Errorf("%w: no answer before the probe's deadline", a2a.ErrAgentUnreachable)
+
+// Probe asks whether agentID answers on its RPC subject: one GetTask of
+// [ProbeTaskID], bounded by ctx (5 s if it has no deadline). nil when
+// anything came back (a result, a JSON-RPC error, even a reply that does
+// not decode: a process is there); [ErrAgentOffline] when nobody is
+// subscribed (NATS no responders, at once); [ErrNoAnswer] when no reply
+// came before ctx's deadline; an error that does not wrap
+// a2a.ErrAgentUnreachable while a2ad's own connection is down (nothing is
+// learnt of the agent); another error wrapping a2a.ErrAgentUnreachable
+// when the request could not be sent.
+func (c *Client) Probe(ctx context.Context, agentID string) error {
+	notUp := fmt.Errorf("natsbind: probe of %s: a2ad's NATS connection was not up throughout: nothing learnt", agentID)
+	reconnects := c.nc.Stats().Reconnects
+	if !c.nc.IsConnected() {
+		return notUp
+	}
+	_, err := c.Call(ctx, agentID, a2a.MethodGetTask, map[string]string{"id": ProbeTaskID}, nil)
+	var rpcErr *a2a.RPCError
+	switch {
+	case err == nil, errors.As(err, &rpcErr), errors.Is(err, a2a.ErrDecode):
+		return nil
+	case errors.Is(err, ErrAgentOffline):
+		return err
+	case !c.nc.IsConnected() || c.nc.Stats().Reconnects != reconnects:
+		// a2ad's own connection went down meanwhile (a request buffered
+		// while it reconnects times out): nothing is learnt of the agent.
+		return notUp
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%w (%s)", ErrNoAnswer, agentID)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return notUp
+	}
+	return fmt.Errorf("%w: the probe could not be sent (%s)", a2a.ErrAgentUnreachable, agentID)
+}
