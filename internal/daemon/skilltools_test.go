@@ -505,3 +505,15 @@ func TestEveryToolSchemaIsPortable(t *testing.T) {
 		t.Errorf("unknown output schema: %q", text)
 	}
 }
+
+// ownTools counts a2ad's own tools among tools: not the per-skill ones,
+// whose names always have "__" (mcpedge.SkillToolName).
+func ownTools(tools []*mcp.Tool) int {
+	n := 0
+	for _, t := range tools {
+		if !strings.Contains(t.Name, "__") {
+			n++
+		}
+	}
+	return n
+}
