@@ -539,7 +539,7 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 			return
 		}
 		if call.method == "tools/call" {
-			if need, known := ToolScopes[call.tool]; known && !slices.Contains(ti.Scopes, need) {
+			if need, known := requiredScope(call.tool); known && !slices.Contains(ti.Scopes, need) {
 				a.refused("insufficient_scope")
 				a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+call.tool+" needs scope "+need, need)
 				return

@@ -587,6 +587,21 @@ func (e *Edge) skillToolFilter(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// requiredScope is the scope a call of the tool named needs, before a2ad
+// knows whether it lists it: [ToolScopes] for a2ad's own, a2a:delegate
+// for any per-skill tool's name (one with "__": [SkillToolName]), so that
+// HTTP answers a read-only token's call of one with the same step-up
+// challenge (403) as a call of delegate, whether or not the tool exists.
+func requiredScope(name string) (string, bool) {
+	if s, ok := ToolScopes[name]; ok {
+		return s, true
+	}
+	if strings.Contains(name, "__") {
+		return ScopeDelegate, true
+	}
+	return "", false
+}
+
 // toolScope is the scope a tool needs: [ToolScopes] for a2ad's own, a2a:
 // delegate for a per-skill tool, "" for a tool a2ad does not list.
 func (e *Edge) toolScope(name string) string {
