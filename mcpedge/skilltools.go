@@ -136,9 +136,6 @@ type skillTools struct {
 
 	mu     sync.RWMutex
 	byName map[string]*skillTool
-	// Recomputed counts recomputations that changed the server's tools
-	// (for tests and the log).
-	changes int
 }
 
 // coalesce is how long a burst of registry changes may last before the
@@ -282,7 +279,6 @@ func (st *skillTools) recompute(ctx context.Context) error {
 	}
 	st.byName = want
 	if changed {
-		st.changes++
 		e.log.Info("per-skill tools changed", "tools", len(want), "removed", len(gone))
 	}
 	return nil
@@ -375,11 +371,10 @@ func (e *Edge) buildSkillTool(name, agent, skill string, c *agentcard.Card, warn
 		out["properties"].(map[string]any)["result"] = map[string]any{"description": desc, "anyOf": results}
 	}
 	t := &mcp.Tool{
-		Name:        name,
-		Title:       "Delegate to " + agent + " / " + skill,
-		Description: skillDescription(agent, skill, c, warnings),
-		InputSchema: mustJSON(in),
-		// Not an open world to the model: it reaches one agent a2ad trusts.
+		Name:         name,
+		Title:        "Delegate to " + agent + " / " + skill,
+		Description:  skillDescription(agent, skill, c, warnings),
+		InputSchema:  mustJSON(in),
 		OutputSchema: mustJSON(out),
 		Annotations:  &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)},
 	}
