@@ -105,9 +105,9 @@ func (e *Edge) readSchema(_ context.Context, req *mcp.ReadResourceRequest) (*mcp
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: SchemaMIMEType, Text: string(s.Document)}}}, nil
 }
 
-// resourceNotFound is MCP's resource-not-found error (mcp.
-// CodeResourceNotFound: -32602 since SEP-2164, as go-sdk v1.8.0 answers;
-// data {"uri": …}) in a2ad's words, naming the resources there are (at
+// resourceNotFound is MCP's resource-not-found error (-32602 invalid
+// params since SEP-2164, as go-sdk v1.8.0 answers, with data {"uri": …};
+// the earlier -32002 is gone from the spec) in a2ad's words, naming the resources there are (at
 // most 20).
 func resourceNotFound(uri string, names []string) error {
 	uris := make([]string, 0, min(len(names), 20))
@@ -122,7 +122,7 @@ func resourceNotFound(uri string, names []string) error {
 		msg += fmt.Sprintf(" (and %d more; resources/list has them all)", len(names)-20)
 	}
 	data, _ := json.Marshal(map[string]string{"uri": clip(uri, 200)})
-	return &jsonrpc.Error{Code: mcp.CodeResourceNotFound, Message: msg, Data: data}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg, Data: data}
 }
 
 // resourceGate is server middleware: resources/list and resources/read

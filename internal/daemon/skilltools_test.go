@@ -439,7 +439,7 @@ func TestHostSchemasAreResources(t *testing.T) {
 	}
 	_, err = s.session.ReadResource(ctx, &mcp.ReadResourceParams{URI: "a2ad://schemas/nope"})
 	var we *jsonrpc.Error
-	if !errors.As(err, &we) || we.Code != mcp.CodeResourceNotFound ||
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams ||
 		we.Message != "resource not found: a2ad has no resource a2ad://schemas/nope; its resources are the host schemas, a2ad://schemas/refund_evidence, a2ad://schemas/risk_assessment" {
 		t.Errorf("unknown URI: %v", err)
 	}
