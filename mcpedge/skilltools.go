@@ -279,7 +279,7 @@ func (st *skillTools) recompute(ctx context.Context) error {
 	}
 	st.byName = want
 	if changed {
-		e.log.Info("per-skill tools changed", "tools", len(want), "removed", len(gone))
+		e.log.Debug("per-skill tools changed", "tools", len(want), "removed", len(gone))
 	}
 	return nil
 }
