@@ -326,11 +326,13 @@ func TestSkillToolFollowsQuarantineAndApproval(t *testing.T) {
 		t.Errorf("%d tools/list_changed for changes that changed no tool, want 0", n)
 	}
 
+	began := time.Now()
 	rec, err := s.d.Service.Agents.Quarantine(ctx, "fraud-review", "test: card under review")
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "tools/list_changed after the quarantine", func() bool { return s.toolsChg.Load() > base })
+	t.Logf("quarantine to tools/list_changed: %v", time.Since(began))
 	if n := s.toolsChg.Load() - base; n != 1 {
 		t.Errorf("%d notifications for one quarantine, want 1 (coalesced)", n)
 	}
@@ -347,10 +349,12 @@ func TestSkillToolFollowsQuarantineAndApproval(t *testing.T) {
 	}
 
 	before := s.toolsChg.Load()
+	began = time.Now()
 	if _, err := s.d.Service.Agents.Approve(ctx, "fraud-review", rec.Fingerprint); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "tools/list_changed after the approval", func() bool { return s.toolsChg.Load() > before })
+	t.Logf("approval to tools/list_changed: %v", time.Since(began))
 	if !slices.Contains(toolNames(t, s.session), skillTool) || !slices.Contains(toolNames(t, stateless), skillTool) {
 		t.Errorf("tools after approval = %v / %v", toolNames(t, s.session), toolNames(t, stateless))
 	}
