@@ -117,8 +117,12 @@ func portable(node map[string]any, name string, lim schemaLimits) {
 			node["type"] = rest[0]
 		}
 	}
-	if ap, ok := node["additionalProperties"].(map[string]any); ok && len(ap) == 0 {
-		node["additionalProperties"] = true
+	if ap, ok := node["additionalProperties"].(map[string]any); ok {
+		if len(ap) == 0 {
+			node["additionalProperties"] = true
+		} else {
+			portable(ap, "", lim)
+		}
 	}
 	switch name {
 	case "wait_seconds":

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/a2ad/a2ad/artifact"
 )
 
 // FuzzEvent feeds whole events — subject, Nats-Msg-Id header and body —
@@ -31,6 +33,8 @@ func FuzzEvent(f *testing.F) {
 		{"a2a.events.fraud-review.t1", "t1.1", `{"statusUpdate":{"taskId":"` + long + `","status":{"state":"TASK_STATE_WORKING"}}}`},
 		{"a2a.events.fraud-review.t1", "unsequenced", `{"statusUpdate":{"taskId":"` + long + `","status":{"state":"TASK_STATE_WORKING"}}}`},
 		{"a2a.events.fraud-review.t1", "t1.1", `{"task":{"id":"a","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"` + strings.Repeat("é", 5000) + `"}]}}}}`},
+		{"a2a.events.fraud-review.t1", "t1.1", `{"statusUpdate":{"taskId":"a","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"Approve?"},` +
+			`{"data":{"type":"object","properties":{"ok":{"type":"boolean","title":"Approve"},"n":{"type":"string","enum":["a","b"]}},"required":["ok"]},"mediaType":"application/schema+json"}]}}}}`},
 	} {
 		f.Add(s.subject, s.msgID, []byte(s.body), uint8(0))
 	}
@@ -76,6 +80,9 @@ func FuzzEvent(f *testing.F) {
 		}
 		if len(r.Question) > MaxAgentTextBytes+len("…") || len(r.StatusMessage) > MaxAgentTextBytes+len("…") {
 			t.Fatalf("kept %d and %d bytes of agent text", len(r.Question), len(r.StatusMessage))
+		}
+		if (r.QuestionSchema != nil && r.State != InputRequired) || len(r.QuestionSchema) > 2*artifact.MaxFormBytes {
+			t.Fatalf("kept a question schema of %d bytes in state %s", len(r.QuestionSchema), r.State)
 		}
 		if b, _ := json.Marshal(r); len(b) > MaxRecordBytes {
 			t.Fatalf("one event grew the record to %d bytes", len(b))

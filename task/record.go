@@ -138,6 +138,17 @@ type Record struct {
 	// of an HTTP agent (stream, polls, push): one instance at a time;
 	// another takes over once Until has passed (docs/http-binding.md §6).
 	Follow *FollowLease `json:"follow,omitempty"`
+	// QuestionSchema is, while input-required, the form the agent gave for
+	// the answer (a data part of mediaType application/schema+json in its
+	// status message, docs/nats-binding.md §6.7), as a2ad re-encoded it
+	// ([artifact.ParseQuestionForm]: at most artifact.MaxFormBytes of the
+	// agent's, within MCP elicitation's subset); nil for a free-text
+	// question. Set and cleared with Question.
+	QuestionSchema json.RawMessage `json:"question_schema,omitempty"`
+	// QuestionSchemaNote says, in a2ad's words, why a schema the agent
+	// gave with its question was not taken (the question is then asked as
+	// free text): the *artifact.FormError's text.
+	QuestionSchemaNote string `json:"question_schema_note,omitempty"`
 }
 
 // FollowLease is who follows an HTTP agent's task, until when.
@@ -172,6 +183,9 @@ type Outbound struct {
 	// Question is the question an answer replies to, restored if the agent
 	// refuses the answer.
 	Question string `json:"question,omitempty"`
+	// QuestionSchema is that question's form (Record.QuestionSchema),
+	// restored with it.
+	QuestionSchema json.RawMessage `json:"question_schema,omitempty"`
 	// Attempts counts deliveries begun, the first included.
 	Attempts int `json:"attempts"`
 	// NotBefore is when another delivery may begin: the lease of the
@@ -230,6 +244,7 @@ func (r *Record) Clone() *Record {
 	c.PendingChunks = slices.Clone(r.PendingChunks)
 	c.Applied = slices.Clone(r.Applied)
 	c.Skipped = slices.Clone(r.Skipped)
+	c.QuestionSchema = slices.Clone(r.QuestionSchema)
 	if r.Outbox != nil {
 		o := *r.Outbox
 		c.Outbox = &o
@@ -311,6 +326,9 @@ func (r *Record) MoveBy(now time.Time, event, source, reason, msgID, by string) 
 	}
 	if !to.Interrupted() {
 		r.Question = ""
+	}
+	if to != InputRequired {
+		r.QuestionSchema, r.QuestionSchemaNote = nil, ""
 	}
 	if to.Terminal() || len(r.History) < MaxHistory {
 		r.History = append(r.History, Transition{At: now, From: from, To: to, Event: event, Source: source, Reason: reason, MsgID: msgID, By: by})

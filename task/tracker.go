@@ -650,6 +650,7 @@ func (t *Tracker) moveTo(r *Record, st a2a.TaskStatus, msgID string, now time.Ti
 			r.StatusMessage = text
 			if to.Interrupted() {
 				r.Question = text
+				r.setQuestionSchema(st.Message)
 			}
 			r.UpdatedAt = now
 			return nil
@@ -676,6 +677,7 @@ func (t *Tracker) moveTo(r *Record, st a2a.TaskStatus, msgID string, now time.Ti
 		r.StatusMessage = text
 		if to.Interrupted() {
 			r.Question = text
+			r.setQuestionSchema(st.Message)
 		}
 	default:
 		// The daemon overrode the agent (e.g. artifact_rejected): its

@@ -3,6 +3,7 @@
 //	a2ad serve [--stdio] [--config FILE] [--data-dir DIR] [--http-addr ADDR] [--nats-listen ADDR] [--nats-url URL]
 //	           [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 //	           [--nats-tls-cert FILE --nats-tls-key FILE] [--nats-ca FILE] [--nats-client-cert FILE --nats-client-key FILE]
+//	a2ad mcp [--url URL | --data-dir DIR] [--token-file F | --principal NAME --config F | --subject S [--tenant T] [--scope "…"]] [--ca F]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]|check-card FILE [--agent ID]
@@ -45,7 +46,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServe(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
+	root.AddCommand(newServe(), newMCP(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
 	return root
 }
 

@@ -450,6 +450,12 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 	if r.Question != "" {
 		fmt.Fprintf(tw, "Question:\t%q\n", r.Question)
 	}
+	if r.QuestionSchema != nil {
+		fmt.Fprintf(tw, "Answer form:\t%s\n", r.QuestionSchema)
+	}
+	if r.QuestionSchemaNote != "" {
+		fmt.Fprintf(tw, "Answer form:\t%s\n", r.QuestionSchemaNote)
+	}
 	for _, v := range r.Verdicts {
 		verdict := "valid"
 		if !v.Valid {

@@ -76,7 +76,7 @@ func run(args []string, log *slog.Logger) error {
 	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
-	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks; with --http also unresponsive, cancel-hangs); repeatable", func(s string) error {
+	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks, structured-question, unformable-question; with --http also unresponsive, cancel-hangs); repeatable", func(s string) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})

@@ -475,19 +475,103 @@ func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait ti
 	}
 }
 
-// Respond answers an interrupted task's question: the task resumes
+// Respond answers an interrupted task's question with text: it is
+// [Service.RespondAnswer] with Answer{Text: answer}.
+func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (*task.Record, error) {
+	return s.RespondAnswer(ctx, p, id, Answer{Text: answer})
+}
+
+// MaxAnswerBytes bounds an answer: its text, or its data as JSON.
+const MaxAnswerBytes = 16 << 10
+
+// Answer is a host's answer to a task's question: Text, free text, or
+// Data, a JSON object that satisfies the question's form
+// (task.Record.QuestionSchema). Exactly one is set.
+type Answer struct {
+	Text string
+	Data json.RawMessage
+}
+
+// AnswerError means an answer's data does not satisfy the question's form.
+// It names JSON pointers into the answer (below /answer_data) and
+// keywords, never the values.
+type AnswerError struct {
+	Violations []artifact.Violation
+}
+
+func (e *AnswerError) Error() string {
+	var b strings.Builder
+	b.WriteString("answer_data does not satisfy the question's question_schema:")
+	for _, v := range e.Violations {
+		fmt.Fprintf(&b, " /answer_data%s (%s);", v.Pointer, v.Keyword)
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+// checkAnswer refuses an answer that is not exactly one of text or data,
+// or is over MaxAnswerBytes, or whose data is not a JSON object.
+func checkAnswer(a Answer) error {
+	switch {
+	case a.Data != nil && a.Text != "":
+		return &brief.Error{Field: "/answer", Reason: "give answer or answer_data, not both"}
+	case a.Data == nil && strings.TrimSpace(a.Text) == "":
+		return &brief.Error{Field: "/answer", Reason: "required (or answer_data, for a question with a question_schema)"}
+	case len(a.Text) > MaxAnswerBytes:
+		return &brief.Error{Field: "/answer", Reason: "longer than 16384 bytes"}
+	case len(a.Data) > MaxAnswerBytes:
+		return &brief.Error{Field: "/answer_data", Reason: "longer than 16384 bytes as JSON"}
+	case a.Data != nil && (!json.Valid(a.Data) || bytes.TrimSpace(a.Data)[0] != '{'):
+		return &brief.Error{Field: "/answer_data", Reason: "must be a JSON object"}
+	}
+	return nil
+}
+
+// answerParts are the parts of the message that carries answer a to the
+// question of r: its text; or, for data, checked against r's form, a
+// text part with the data as compact JSON (for agents that read only
+// text) and a data part (application/json) with the data, as given.
+// A mismatch of answer and question is a *brief.Error, data that does not
+// satisfy the form an *AnswerError.
+func answerParts(r *task.Record, a Answer) ([]a2a.Part, error) {
+	if a.Data == nil {
+		if r.QuestionSchema != nil {
+			return nil, &brief.Error{Field: "/answer", Reason: "the question has a question_schema: answer with answer_data, a JSON object that satisfies it"}
+		}
+		return []a2a.Part{a2a.TextPart(a.Text)}, nil
+	}
+	if r.QuestionSchema == nil {
+		return nil, &brief.Error{Field: "/answer_data", Reason: "the question has no question_schema: answer with answer, a text"}
+	}
+	f, err := artifact.ParseQuestionForm(r.QuestionSchema)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: stored question form: %w", r.ID, err)
+	}
+	if vs := f.Check(a.Data); len(vs) > 0 {
+		return nil, &AnswerError{Violations: vs}
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, a.Data); err != nil {
+		return nil, &brief.Error{Field: "/answer_data", Reason: "must be a JSON object"}
+	}
+	return []a2a.Part{a2a.TextPart(compact.String()), a2a.DataPart(compact.Bytes())}, nil
+}
+
+// RespondAnswer answers an interrupted task's question: the task resumes
 // (working) with the answer in its outbox, in one compare-and-swap, and the
 // answer is sent to the agent as a follow-up message in the same task and
-// context. ErrNotInterrupted if the task does not wait for an answer; if
-// the agent is offline or refuses the answer, the task is back in
-// input-required with its question and the error is returned. An answer
-// whose delivery is unconfirmed stays in the outbox and is redelivered.
-func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (*task.Record, error) {
-	if strings.TrimSpace(answer) == "" {
-		return nil, &brief.Error{Field: "/answer", Reason: "required"}
-	}
-	if len(answer) > 16<<10 {
-		return nil, &brief.Error{Field: "/answer", Reason: "longer than 16384 bytes"}
+// context (for data: a text and a data part, see answerParts). The answer
+// must fit the question: text for a free question, data satisfying the
+// form for one with a question_schema (a *brief.Error, or an
+// *AnswerError naming pointers and keywords). ErrNotInterrupted if the
+// task does not wait for an answer; if the agent is offline or refuses
+// the answer, the task is back in input-required with its question (and
+// form) and the error is returned. An answer whose delivery is
+// unconfirmed stays in the outbox and is redelivered. The history names
+// how it was answered (reason "answered", or "answered_data"), never the
+// answer.
+func (s *Service) RespondAnswer(ctx context.Context, p Principal, id string, a Answer) (*task.Record, error) {
+	if err := checkAnswer(a); err != nil {
+		return nil, err
 	}
 	if _, err := s.Get(ctx, p, id); err != nil {
 		return nil, err
@@ -501,21 +585,29 @@ func (s *Service) Respond(ctx context.Context, p Principal, id, answer string) (
 			return fmt.Errorf("%w (state %s)", ErrNotInterrupted, r.State)
 		}
 		now := time.Now().UTC()
-		question := r.Question
+		parts, err := answerParts(r, a)
+		if err != nil {
+			return err
+		}
+		question, form := r.Question, r.QuestionSchema
 		r.Turns++
 		md := metadata(r)
 		msg := a2a.Message{MessageID: messageID(r, r.Turns), TaskID: r.AgentTaskID, ContextID: r.ContextID,
-			Role: a2a.RoleUser, Parts: []a2a.Part{a2a.TextPart(answer)}, Metadata: md}
+			Role: a2a.RoleUser, Parts: parts, Metadata: md}
 		params, err := json.Marshal(a2a.SendMessageRequest{Message: msg,
 			Configuration: &a2a.SendMessageConfiguration{ReturnImmediately: true}, Metadata: md})
 		if err != nil {
 			return err
 		}
-		if err := r.MoveBy(now, task.EventResume, task.SourceHost, "answered", "", p.Subject); err != nil {
+		how := "answered"
+		if a.Data != nil {
+			how = "answered_data"
+		}
+		if err := r.MoveBy(now, task.EventResume, task.SourceHost, how, "", p.Subject); err != nil {
 			return err
 		}
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
-			Question: question, Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
+			Question: question, QuestionSchema: form, Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
 		wrote = params
 		return nil
 	})

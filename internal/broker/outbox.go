@@ -323,7 +323,7 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 			}
 			r.Outbox = nil
 			err := r.Move(time.Now().UTC(), task.EventAsk, task.SourceDaemon, "answer not delivered", "")
-			r.Question = o.Question
+			r.Question, r.QuestionSchema = o.Question, o.QuestionSchema
 			return err
 		})
 		return nil, err

@@ -95,6 +95,13 @@ type Config struct {
 	// Principal is the caller of stdio sessions (HTTP callers are the
 	// principals of their verified tokens).
 	Principal PrincipalConfig `yaml:"principal"`
+	// Principals are named principals for `a2ad mcp --principal NAME`,
+	// which mints each host window a short-lived token for one with the
+	// data directory's development key (docs/operations.md, "MCP hosts
+	// over stdio"); the daemon itself authorizes HTTP calls by the
+	// tokens, not by this list. Tenant defaults to "default", Scopes to
+	// [a2a:read, a2a:delegate], Subject to the name.
+	Principals map[string]PrincipalConfig `yaml:"principals"`
 	// MaxDeadlineSeconds is the longest budget a host may ask for (default 86400).
 	MaxDeadlineSeconds int `yaml:"max_deadline_seconds"`
 	// Auth configures the verification of hosts' bearer tokens on HTTP

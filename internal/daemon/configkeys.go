@@ -222,6 +222,11 @@ func (c Config) checkPrincipal() error {
 	if err := mcpedge.CheckScopes(c.Principal.Scopes); err != nil {
 		return fmt.Errorf("config: principal.scopes: %w", err)
 	}
+	for name, p := range c.Principals {
+		if err := mcpedge.CheckScopes(p.Scopes); err != nil {
+			return fmt.Errorf("config: principals[%s].scopes: %w", name, err)
+		}
+	}
 	if strings.TrimSpace(c.Auth.Audience) == "" && c.Auth.Audience != "" {
 		return errors.New("config: auth.audience is blank: give the resource identifier hosts' tokens must name in aud, or leave it out for the default")
 	}

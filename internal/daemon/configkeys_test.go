@@ -81,6 +81,21 @@ func TestStartRefusesUnknownScope(t *testing.T) {
 	}
 }
 
+// A named principal's unknown scope (principals:, for `a2ad mcp
+// --principal`) is refused at Start like the stdio principal's.
+func TestStartRefusesUnknownPrincipalsScope(t *testing.T) {
+	cfg := daemon.Config{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", NATSListen: "127.0.0.1:-1",
+		Principals: map[string]daemon.PrincipalConfig{"my-ide": {Scopes: []string{"a2a:delegat"}}}}
+	d, err := daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err == nil {
+		d.Stop()
+		t.Fatal("Start accepted scope a2a:delegat")
+	}
+	if want := `config: principals[my-ide].scopes: unknown scope "a2a:delegat" (did you mean a2a:delegate?); a2ad knows a2a:read, a2a:delegate, a2a:admin`; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
+
 // Every fault of a configuration file is named at once, in the file's
 // order, each with its line, its key path and what is wanted in a2ad's
 // words: an unknown key, a value of the wrong type, values a2ad refuses,

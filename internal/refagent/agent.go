@@ -110,6 +110,9 @@ type Stats struct {
 	Redeliveries int
 	// CancelsReceived counts CancelTask requests for a task the agent knows.
 	CancelsReceived int
+	// FormAnswers holds the exact data-part bytes of each answer to a
+	// [ModeStructuredQuestion] question it took, in order (the last 1000).
+	FormAnswers [][]byte
 }
 
 // Agent is the reference fraud-review agent. Build it with [New], run it
@@ -154,7 +157,7 @@ type task struct {
 	ev            evidence
 	evErr         error
 	mode          string
-	answer        chan string // the reviewer's answer, buffered 1
+	answer        chan bool // the reviewer's answer (identity verified?), buffered 1
 	ctx           context.Context
 	cancel        context.CancelFunc
 
@@ -277,6 +280,9 @@ func (a *Agent) Stats() Stats {
 	for i, b := range a.stats.Received {
 		s.Received[i] = slices.Clone(b)
 	}
+	for _, b := range a.stats.FormAnswers {
+		s.FormAnswers = append(s.FormAnswers, slices.Clone(b))
+	}
 	return s
 }
 
@@ -397,7 +403,7 @@ func (a *Agent) newTask(m a2a.Message, meta sendMessageMetadata, traceparent str
 		traceparent:   traceparent,
 		ev:            ev,
 		evErr:         evErr,
-		answer:        make(chan string, 1),
+		answer:        make(chan bool, 1),
 		status:        a2a.TaskStatus{State: a2a.TaskStateSubmitted, Timestamp: now()},
 	}
 	if t.contextID == "" {
@@ -434,14 +440,28 @@ func (a *Agent) followUp(m a2a.Message, meta sendMessageMetadata) (any, func(), 
 	case t.status.State != a2a.TaskStateInputRequired:
 		return nil, nil, rpcError(a2a.CodeUnsupportedOperation, "task %s is %s, not TASK_STATE_INPUT_REQUIRED", t.id, t.status.State)
 	}
-	answer := strings.TrimSpace(m.Text())
-	if answer == "" {
-		return nil, nil, rpcError(a2a.CodeInvalidParams, "the answer must be a non-empty text part")
+	var verified bool
+	if t.mode == ModeStructuredQuestion {
+		v, data, err := parseApproval(m.Parts)
+		if err != nil {
+			return nil, nil, rpcError(a2a.CodeInvalidParams, "%s", err)
+		}
+		verified = v
+		a.stats.FormAnswers = append(a.stats.FormAnswers, data)
+		if n := len(a.stats.FormAnswers); n > maxReceived {
+			a.stats.FormAnswers = slices.Clone(a.stats.FormAnswers[n-maxReceived:])
+		}
+	} else {
+		answer := strings.TrimSpace(m.Text())
+		if answer == "" {
+			return nil, nil, rpcError(a2a.CodeInvalidParams, "the answer must be a non-empty text part")
+		}
+		verified = affirmative(answer)
 	}
 	t.status = a2a.TaskStatus{State: a2a.TaskStateWorking, Timestamp: now()}
 	a.remember(m.MessageID, t.id)
-	a.log.Info("answer received", "task", t.id, "verified", affirmative(answer))
-	return a2a.SendMessageResponse{Task: t.snapshot()}, func() { t.answer <- answer }, nil
+	a.log.Info("answer received", "task", t.id, "verified", verified)
+	return a2a.SendMessageResponse{Task: t.snapshot()}, func() { t.answer <- verified }, nil
 }
 
 func (a *Agent) getTask(params json.RawMessage) (any, *a2a.RPCError) {

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/a2ad/a2ad/internal/a2a"
 )
 
 // PolicyVersion is the policy_version of every risk assessment this agent
@@ -39,6 +42,27 @@ const (
 	ModeEndlessChunks = "endless-chunks"
 )
 
+// ModeStructuredQuestion asks, whatever the amount, for the
+// reviewer's decision as a form: an input-required status message with
+// the question as text and [ApprovalForm] as a data part of mediaType
+// application/schema+json (docs/nats-binding.md §6.7). Only an answer
+// with a data part {"approve": bool, "note"?: string} resumes it (else
+// JSON-RPC -32602); approve true counts as identity verified.
+const ModeStructuredQuestion = "structured-question"
+
+// ModeUnformableQuestion asks as [ModeStructuredQuestion] does, but with
+// [NestedForm], a schema outside MCP elicitation's subset (a nested
+// object), which a2ad does not take: the question is asked as free text,
+// and a text answer resumes it.
+const ModeUnformableQuestion = "unformable-question"
+
+// ApprovalForm is the answer schema [ModeStructuredQuestion] sends.
+const ApprovalForm = `{"type":"object","properties":{"approve":{"type":"boolean","title":"Approve the refund","description":"true if a human reviewer verified the customer's identity"},` +
+	`"note":{"type":"string","title":"Note","description":"why, for the case file","maxLength":200}},"required":["approve"]}`
+
+// NestedForm is the answer schema [ModeUnformableQuestion] sends.
+const NestedForm = `{"type":"object","properties":{"reviewer":{"type":"object","properties":{"name":{"type":"string"}}},"approve":{"type":"boolean"}},"required":["approve"]}`
+
 // EndlessChunks is how many chunks [ModeEndlessChunks] appends.
 const EndlessChunks = 100
 
@@ -60,9 +84,9 @@ func ParseMisbehave(specs []string) (map[string]string, error) {
 				return nil, fmt.Errorf("refagent: misbehave %q: want <mode>:<caseId>", item)
 			}
 			if !knownMode(mode) && !httpMode(mode) {
-				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s, %s, %s or %s; over HTTP also %s or %s)",
+				return nil, fmt.Errorf("refagent: misbehave %q: unknown mode %q (want %s, %s, %s, %s, %s, %s, %s, %s or %s; over HTTP also %s or %s)",
 					item, mode, ModeInvalidArtifact, ModeSilent, ModeIllegalTransition, ModeSlow, ModeAuthRequired,
-					ModeReplaceAfterLast, ModeEndlessChunks, ModeUnresponsive, ModeCancelHangs)
+					ModeReplaceAfterLast, ModeEndlessChunks, ModeStructuredQuestion, ModeUnformableQuestion, ModeUnresponsive, ModeCancelHangs)
 			}
 			if prev, dup := out[caseID]; dup && prev != mode {
 				return nil, fmt.Errorf("refagent: misbehave: case %q given two modes, %q and %q", caseID, prev, mode)
@@ -78,7 +102,33 @@ func httpMode(m string) bool { return m == ModeUnresponsive || m == ModeCancelHa
 
 func knownMode(m string) bool {
 	return m == ModeInvalidArtifact || m == ModeSilent || m == ModeIllegalTransition || m == ModeSlow || m == ModeAuthRequired ||
-		m == ModeReplaceAfterLast || m == ModeEndlessChunks
+		m == ModeReplaceAfterLast || m == ModeEndlessChunks || m == ModeStructuredQuestion || m == ModeUnformableQuestion
+}
+
+// asksForm reports the modes whose question carries a form.
+func asksForm(m string) bool { return m == ModeStructuredQuestion || m == ModeUnformableQuestion }
+
+// approval is the answer [ModeStructuredQuestion] takes.
+type approval struct {
+	Approve *bool  `json:"approve"`
+	Note    string `json:"note,omitempty"`
+}
+
+// parseApproval reads the approval from an answer's first data part,
+// strictly: approve is required, no other member than note is allowed. It
+// returns the part's bytes too.
+func parseApproval(parts []a2a.Part) (bool, []byte, error) {
+	for _, p := range parts {
+		if p.Kind() != "data" {
+			continue
+		}
+		var a approval
+		if err := strictDecode(p.Data, &a); err != nil || a.Approve == nil {
+			return false, nil, errors.New(`the answer's data part must be {"approve": true|false, "note"?: string}`)
+		}
+		return *a.Approve, slices.Clone([]byte(p.Data)), nil
+	}
+	return false, nil, errors.New(`the answer must carry a data part {"approve": true|false, "note"?: string}`)
 }
 
 // evidence is the part of a brief's evidence the fraud-review skill reads.
@@ -127,6 +177,12 @@ func (ev evidence) question() string {
 	return fmt.Sprintf("Case %s: the refund of %d cents is above the manual review threshold of %d cents. "+
 		"Has a human reviewer verified the customer's identity? Answer yes or no.",
 		ev.CaseID, *ev.AmountCents, *ev.ManualReviewAboveCents)
+}
+
+// formQuestion is the text of a [ModeStructuredQuestion] question.
+func (ev evidence) formQuestion() string {
+	return fmt.Sprintf("Case %s: approve the refund of %d cents? Say whether a human reviewer verified the customer's identity (approve), with an optional note.",
+		ev.CaseID, *ev.AmountCents)
 }
 
 // assessment is the risk_assessment artifact (testdata/schemas/risk_assessment.json).

@@ -79,18 +79,25 @@ func (a *Agent) run(t *task) {
 		}
 	}
 	var verified *bool
-	if t.ev.needsReview() {
-		st, ok := a.advance(t, a2a.TaskStateInputRequired, t.agentMessage(t.ev.question()))
+	if t.ev.needsReview() || asksForm(t.mode) {
+		msg := t.agentMessage(t.ev.question())
+		switch t.mode {
+		case ModeStructuredQuestion:
+			msg = t.agentMessage(t.ev.formQuestion())
+			msg.Parts = append(msg.Parts, a2a.Part{Data: json.RawMessage(ApprovalForm), MediaType: "application/schema+json"})
+		case ModeUnformableQuestion:
+			msg.Parts = append(msg.Parts, a2a.Part{Data: json.RawMessage(NestedForm), MediaType: "application/schema+json"})
+		}
+		st, ok := a.advance(t, a2a.TaskStateInputRequired, msg)
 		if !ok || !ev.status(st) {
 			return
 		}
-		var answer string
+		var v bool
 		select {
-		case answer = <-t.answer:
+		case v = <-t.answer:
 		case <-t.ctx.Done():
 			return
 		}
-		v := affirmative(answer)
 		verified = &v
 		// The follow-up's reply already carried WORKING; the event records it.
 		st, ok = a.advance(t, a2a.TaskStateWorking, nil)

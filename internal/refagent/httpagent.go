@@ -79,6 +79,9 @@ type HTTPStats struct {
 	ByA2ADTask map[string]int
 	Answers    int
 	Cancels    int
+	// FormAnswers holds the data parts, as JSON, of the answers to
+	// [ModeStructuredQuestion] questions it took, in order.
+	FormAnswers [][]byte
 }
 
 type httpTask struct {
@@ -163,6 +166,10 @@ func (a *HTTPAgent) Stats() HTTPStats {
 	for k, v := range a.stats.ByA2ADTask {
 		s.ByA2ADTask[k] = v
 	}
+	s.FormAnswers = nil
+	for _, b := range a.stats.FormAnswers {
+		s.FormAnswers = append(s.FormAnswers, append([]byte(nil), b...))
+	}
 	return s
 }
 
@@ -220,8 +227,21 @@ func (e *httpExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) 
 		if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
 			return
 		}
-		if ev.needsReview() {
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, agentText(ec, ev.question())), nil)
+		if ev.needsReview() || asksForm(t.mode) {
+			msg := agentText(ec, ev.question())
+			form := ""
+			switch t.mode {
+			case ModeStructuredQuestion:
+				msg, form = agentText(ec, ev.formQuestion()), ApprovalForm
+			case ModeUnformableQuestion:
+				form = NestedForm
+			}
+			if form != "" {
+				var schema any
+				_ = json.Unmarshal([]byte(form), &schema) // a constant
+				msg.Parts = append(msg.Parts, &a2a.Part{Content: a2a.Data{Value: schema}, MediaType: "application/schema+json"})
+			}
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, msg), nil)
 			return
 		}
 		a.finish(ctx, ec, t, nil, yield)
@@ -238,15 +258,37 @@ func (a *HTTPAgent) resume(ctx context.Context, ec *a2asrv.ExecutorContext, yiel
 		yield(nil, fmt.Errorf("%w: the task is not waiting for an answer", a2a.ErrUnsupportedOperation))
 		return
 	}
-	answer := ""
-	for _, p := range ec.Message.Parts {
-		answer += p.Text()
+	var verified bool
+	if t.mode == ModeStructuredQuestion {
+		var parts []ia2a.Part
+		for _, p := range ec.Message.Parts {
+			if d, ok := p.Content.(a2a.Data); ok {
+				b, err := json.Marshal(d.Value)
+				if err == nil {
+					parts = append(parts, ia2a.Part{Data: b})
+				}
+			}
+		}
+		v, data, err := parseApproval(parts)
+		if err != nil {
+			yield(nil, fmt.Errorf("%w: %s", a2a.ErrInvalidParams, err))
+			return
+		}
+		verified = v
+		a.mu.Lock()
+		a.stats.FormAnswers = append(a.stats.FormAnswers, data)
+		a.mu.Unlock()
+	} else {
+		answer := ""
+		for _, p := range ec.Message.Parts {
+			answer += p.Text()
+		}
+		if strings.TrimSpace(answer) == "" {
+			yield(nil, fmt.Errorf("%w: the answer must be a non-empty text part", a2a.ErrInvalidParams))
+			return
+		}
+		verified = affirmative(answer)
 	}
-	if strings.TrimSpace(answer) == "" {
-		yield(nil, fmt.Errorf("%w: the answer must be a non-empty text part", a2a.ErrInvalidParams))
-		return
-	}
-	verified := affirmative(answer)
 	a.log.Info("answer received", "task", ec.TaskID, "verified", verified)
 	if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
 		return
