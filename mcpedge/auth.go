@@ -516,7 +516,8 @@ func PrincipalFromContext(ctx context.Context) (broker.Principal, bool) {
 const maxPeek = 4 << 20
 
 // ProtectMCP guards the MCP endpoint: every request needs a valid token
-// with a2a:read, and a tools/call needs the scope of its tool (HTTP 403
+// with a2a:read, and a tools/call needs the scope of its tool, a tasks/*
+// request that of its method ([TaskMethodScopes]) (HTTP 403
 // insufficient_scope naming it: MCP step-up authorization). The verified
 // token reaches tool handlers as req.Extra.TokenInfo, through the go-sdk's
 // own bearer middleware (which also binds sessions to the token's user).
@@ -545,6 +546,11 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if need, known := TaskMethodScopes[call.method]; known && !slices.Contains(ti.Scopes, need) {
+			a.refused("insufficient_scope")
+			a.challenge(w, http.StatusForbidden, "insufficient_scope", call.method+" needs scope "+need, need)
+			return
+		}
 		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenInfoKey{}, ti)))
 	})
 }
@@ -570,6 +576,9 @@ type call struct {
 	// refused is what [screen] refuses in the body (not for batches):
 	// answered with its JSON-RPC error before the go-sdk reads it.
 	refused *screenError
+	// taskID is the params.taskId of a tasks/* request (MCP Tasks
+	// extension), for its Mcp-Name routing header ([taskRouting]).
+	taskID string
 }
 
 type callKey struct{}
@@ -630,6 +639,14 @@ func parseCall(body []byte) call {
 		}
 		if json.Unmarshal(m["params"], &params) == nil {
 			c.cancels = canonicalID(params.RequestID)
+		}
+	}
+	if _, ok := TaskMethodScopes[c.method]; ok {
+		var params struct {
+			TaskID string `json:"taskId"`
+		}
+		if json.Unmarshal(m["params"], &params) == nil {
+			c.taskID = params.TaskID
 		}
 	}
 	if c.method != "tools/call" {

@@ -937,6 +937,9 @@ func (t *bridgeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if v, _ := t.link.version.Load().(string); v != "" && req.Header.Get("Mcp-Protocol-Version") == "" {
 		req.Header.Set("Mcp-Protocol-Version", v)
 	}
+	if err := setTaskRouting(req); err != nil {
+		return nil, err
+	}
 	out.sent = true
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {

@@ -18,9 +18,12 @@ import (
 // declares logging unless told otherwise). With conformance
 // (Options.ConformanceTools, never in production) also prompts, without
 // listChanged: the suite's one test prompt (conformance.go), which never
-// changes.
+// changes. And the MCP Tasks extension (SEP-2663, tasks.go), declared in
+// server/discover over HTTP only: initialize results and stdio sessions
+// have it taken out again (tasksMiddleware).
 func serverCapabilities(conformance bool) *mcp.ServerCapabilities {
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{ListChanged: true}}
+	caps.AddExtension(TasksExtension, nil)
 	if conformance {
 		caps.Prompts = &mcp.PromptCapabilities{}
 	}

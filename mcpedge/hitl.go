@@ -152,21 +152,38 @@ func (e *Edge) ask(req *mcp.CallToolRequest, p broker.Principal, r *task.Record,
 		return nil, false // answering needs a2a:delegate, as task_respond does
 	}
 	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix(), Progress: progress, Tool: req.Params.Name}
+	if r.State == task.AuthRequired {
+		c.Kind = "auth"
+	} else if r.Question == "" {
+		return nil, false
+	}
+	ask := questionRequest(r, refused)
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{AnswerInput: ask},
+		RequestState:  sealState(e.stateKey, c),
+	}, true
+}
+
+// questionRequest is the elicitation an interrupted task puts to the user,
+// as an input request of a tool call ([Edge.ask]) or of a task (the MCP
+// Tasks extension, [inputRequest]): the agent's question, quoted, with the
+// answer schema {"answer": string} or the agent's own form; for
+// auth-required, a confirmation only. refused, when not nil, are the
+// violations of the answer the user gave to the same form, which the
+// message names (pointers into the form's properties and keywords, never
+// the values) before the question is put again. Agent text is flagged
+// when phrased as instructions to a model.
+func questionRequest(r *task.Record, refused []artifact.Violation) *mcp.ElicitParams {
+	if r.State == task.AuthRequired {
+		// Surfaced like a question, but a2ad never answers it with the
+		// host's credentials: the user authorizes with the agent itself.
+		return &mcp.ElicitParams{Mode: "form", RequestedSchema: authSchema,
+			Message: flagged(r.Question, fmt.Sprintf("Agent %q needs authorization for task %s: %q. a2ad never forwards your credentials: authorize with the agent itself, then continue.", r.AgentID, r.ID, r.Question))}
+	}
 	// The agent's text is data for the user, quoted.
 	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
 		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
-	switch {
-	case r.State == task.AuthRequired:
-		// Surfaced like a question, but a2ad never answers it with the
-		// host's credentials: the user authorizes with the agent itself.
-		c.Kind = "auth"
-		ask = &mcp.ElicitParams{Mode: "form", RequestedSchema: authSchema,
-			Message: fmt.Sprintf("Agent %q needs authorization for task %s: %q. a2ad never forwards your credentials: authorize with the agent itself, then continue.", r.AgentID, r.ID, r.Question)}
-	case r.Question == "":
-		return nil, false
-	}
-	form := questionForm(r)
-	if r.State == task.InputRequired && form != nil {
+	if form := questionForm(r); form != nil {
 		// The agent's form, as a2ad re-encoded it: its titles and
 		// descriptions are agent text, flagged like the question.
 		ask.RequestedSchema = form.Encode()
@@ -182,10 +199,7 @@ func (e *Edge) ask(req *mcp.CallToolRequest, p broker.Principal, r *task.Record,
 		}
 	}
 	ask.Message = flagged(r.Question, ask.Message)
-	return &mcp.CallToolResult{
-		InputRequests: mcp.InputRequestMap{AnswerInput: ask},
-		RequestState:  sealState(e.stateKey, c),
-	}, true
+	return ask
 }
 
 // flagged prefixes msg with a warning when question, agent text it quotes,

@@ -379,10 +379,21 @@ func dropNullArguments(raw json.RawMessage, nullable map[string]bool) json.RawMe
 // task_respond and task_cancel: [TaskOutput], portable, with the enums of
 // state and part kind.
 func taskOutputSchema(lim schemaLimits) json.RawMessage {
+	return checkedSchema[TaskOutput](taskOutputMap(lim))
+}
+
+// taskOutputMap is [TaskOutput]'s portable schema, decoded: with the
+// enums of state and part kind, and result any JSON value (jsonschema-go
+// takes its json.RawMessage for bytes).
+func taskOutputMap(lim schemaLimits) map[string]any {
 	m := portableFor[TaskOutput](lim)
 	withEnum(m, taskStates, "state")
 	withEnum(m, partKinds, "artifacts", "*", "parts", "*", "kind")
-	return checkedSchema[TaskOutput](m)
+	props := m["properties"].(map[string]any)
+	r := maps.Clone(anyJSONValue)
+	r["description"] = props["result"].(map[string]any)["description"]
+	props["result"] = r
+	return m
 }
 
 // agentsListOutputSchema is agents_list's output schema, with the enum of

@@ -26,7 +26,8 @@ type Rate struct {
 
 // RateClasses are the rates of the two classes of request: writes are the
 // tools that change or create tasks (delegate, task_respond, task_cancel,
-// and any tool that needs more than a2a:read) and the admin API's POSTs;
+// and any tool that needs more than a2a:read), the MCP Tasks extension's
+// tasks/update and tasks/cancel, and the admin API's POSTs;
 // reads are every other MCP request (agents_list, task_get, initialize,
 // tools/list, notifications, …) and the admin API's GETs.
 type RateClasses struct {
@@ -170,6 +171,8 @@ func (l *RateLimiter) MCP(next http.Handler) http.Handler {
 		case c.batch > 0:
 			class, n = ClassWrite, c.batch
 		case c.method == "tools/call" && ToolScopes[c.tool] != ScopeRead:
+			class = ClassWrite
+		case TaskMethodScopes[c.method] == ScopeDelegate: // tasks/update, tasks/cancel
 			class = ClassWrite
 		}
 		if !l.admit(w, p, "mcp", class, n) {

@@ -184,6 +184,9 @@ var servedParams = map[string]func() any{
 	"ping":                      func() any { return new(mcp.PingParams) },
 	"tools/list":                func() any { return new(mcp.ListToolsParams) },
 	"server/discover":           func() any { return new(mcp.DiscoverParams) },
+	MethodTasksGet:              func() any { return new(taskParamsShape) },
+	MethodTasksUpdate:           func() any { return new(taskParamsShape) },
+	MethodTasksCancel:           func() any { return new(taskParamsShape) },
 }
 
 // screenParams refuses params of a served method that the go-sdk would

@@ -28,9 +28,9 @@ import (
 // evidence schema (the configured host schema, else a free object) with
 // objective, constraints, budget, wait_seconds and idempotency_key, and
 // output_schema only when more than one output schema is allowed; whose
-// output schema is [TaskOutput] with `result`, typed by the allowed output
-// schema(s): the validated data part of the task's first artifact once
-// completed. A call delegates exactly as delegate does (broker.Delegate
+// output schema is [TaskOutput]'s with its `result` typed by the allowed
+// output schema(s) (TaskOutput.Result: the first validated data part once
+// completed). A call delegates exactly as delegate does (broker.Delegate
 // checks the evidence against the evidence schema, with JSON pointers), so
 // the evidence schema is listed for the model but a2ad's own draft-07
 // check stays the judge (the tools are added in the go-sdk's raw form,
@@ -66,15 +66,6 @@ type SkillToolChoiceInput struct {
 	Budget         *BudgetInput   `json:"budget,omitempty" jsonschema:"limits of the work"`
 	IdempotencyKey string         `json:"idempotency_key,omitempty" jsonschema:"repeat a call with the same key and brief to get the same task instead of a new one"`
 	WaitSeconds    *int           `json:"wait_seconds,omitempty" jsonschema:"seconds to wait for a terminal or interrupted state (default 20, max 50, 0 = return at once)"`
-}
-
-// SkillTaskOutput is what a per-skill tool returns: [TaskOutput] and, once
-// completed, Result.
-type SkillTaskOutput struct {
-	TaskOutput
-	// Result is the first data part of the task's first artifact, as
-	// validated against the output schema; absent until completed.
-	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // skillTool is one per-skill tool as listed.
@@ -342,9 +333,7 @@ func (e *Edge) buildSkillTool(name, agent, skill string, c *agentcard.Card, warn
 		doc["description"] = fmt.Sprintf("the facts the agent needs, as host schema %s requires (resource %s); nothing else from the conversation is sent", es, SchemaURI(es))
 		in["properties"].(map[string]any)["evidence"] = doc
 	}
-	out := portableFor[SkillTaskOutput](e.lim)
-	withEnum(out, taskStates, "state")
-	withEnum(out, partKinds, "artifacts", "*", "parts", "*", "kind")
+	out := taskOutputMap(e.lim)
 	var results []any
 	for i, n := range outputs {
 		s, err := e.svc.Schemas.Get(n)
@@ -520,32 +509,12 @@ func (e *Edge) skillHandler(name string) mcp.ToolHandler {
 		if res != nil {
 			return res, nil
 		}
-		so := SkillTaskOutput{TaskOutput: out}
-		for _, a := range out.Artifacts {
-			for _, p := range a.Parts {
-				if p.Kind == "data" && so.Result == nil {
-					so.Result = dataBytes(p.Data)
-				}
-			}
-		}
-		b, err := json.Marshal(so)
+		b, err := json.Marshal(out)
 		if err != nil {
 			return nil, err
 		}
 		return &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
 	}
-}
-
-// dataBytes is a data part's value as JSON.
-func dataBytes(v any) json.RawMessage {
-	if r, ok := v.(json.RawMessage); ok {
-		return r
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil
-	}
-	return b
 }
 
 // unknownTool is the go-sdk's answer to a call of a tool it does not list
