@@ -33,6 +33,29 @@ type Catalog struct {
 	mu       sync.RWMutex
 	current  *Registry
 	byDigest map[string]*Schema
+
+	subMu sync.Mutex
+	subs  map[int]func()
+	subN  int
+}
+
+// Subscribe calls fn after each [Catalog.Reload] that put schemas in
+// force, whatever changed (the edge lists the schemas to hosts). fn must
+// not block. The returned function ends the subscription.
+func (c *Catalog) Subscribe(fn func()) (cancel func()) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.subs == nil {
+		c.subs = map[int]func(){}
+	}
+	c.subN++
+	n := c.subN
+	c.subs[n] = fn
+	return func() {
+		c.subMu.Lock()
+		delete(c.subs, n)
+		c.subMu.Unlock()
+	}
 }
 
 // NewCatalog returns a catalog whose current schemas are r. Every schema of
@@ -67,7 +90,6 @@ func (c *Catalog) Reload(r *Registry) (Changes, error) {
 		}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	var ch Changes
 	for _, name := range r.names {
 		s := r.schemas[name]
@@ -88,6 +110,16 @@ func (c *Catalog) Reload(r *Registry) (Changes, error) {
 		}
 	}
 	c.current = r
+	c.mu.Unlock()
+	c.subMu.Lock()
+	fns := make([]func(), 0, len(c.subs))
+	for _, fn := range c.subs {
+		fns = append(fns, fn)
+	}
+	c.subMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 	return ch, nil
 }
 

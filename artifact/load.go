@@ -283,8 +283,42 @@ func (r *Registry) Get(name string) (*Schema, error) {
 	if len(name) > 64 {
 		name = name[:64] + "…"
 	}
-	return nil, fmt.Errorf("%w: %q", ErrSchemaNotFound, name)
+	e := &SchemaNotFoundError{Name: name}
+	if r != nil {
+		e.Total = len(r.names)
+		e.Known = slices.Clone(r.names[:min(len(r.names), MaxListedSchemaNames)])
+	}
+	return nil, e
 }
+
+// MaxListedSchemaNames bounds the names a [SchemaNotFoundError] lists.
+const MaxListedSchemaNames = 20
+
+// A SchemaNotFoundError is [Registry.Get]'s error for a name the registry
+// does not hold: the name asked for (at most 64 bytes, then "…"), the
+// first [MaxListedSchemaNames] names it holds, sorted, and how many it
+// holds in all. It wraps [ErrSchemaNotFound].
+type SchemaNotFoundError struct {
+	Name  string
+	Known []string
+	Total int
+}
+
+// Error says, in a2ad's words, that no host schema has the name, and
+// which ones there are: `no host schema named "x"; the host schemas are
+// a, b (and 3 more)`.
+func (e *SchemaNotFoundError) Error() string {
+	if e.Total == 0 {
+		return fmt.Sprintf("no host schema named %q; there are no host schemas", e.Name)
+	}
+	msg := fmt.Sprintf("no host schema named %q; the host schemas are %s", e.Name, strings.Join(e.Known, ", "))
+	if more := e.Total - len(e.Known); more > 0 {
+		msg += fmt.Sprintf(" (and %d more)", more)
+	}
+	return msg
+}
+
+func (e *SchemaNotFoundError) Unwrap() error { return ErrSchemaNotFound }
 
 // Names returns the names of the registry's schemas in increasing order, in a
 // new slice. A nil or empty Registry gives an empty (nil) slice.

@@ -29,15 +29,29 @@ var toolInputs = map[string]reflect.Type{
 // none. The go-sdk's own check answers in its libraries' words (Go type
 // names, "validating root"), which no host should read.
 func checkArguments(t reflect.Type, raw json.RawMessage) []string {
+	return checkArgumentsWithin(t, raw, schemaLimits{})
+}
+
+// checkArgumentsWithin is checkArguments with the bounds of the tool
+// schemas ([portable]): wait_seconds from 0 to 50, deadline_seconds from 0
+// to lim.MaxDeadlineSeconds (when set).
+func checkArgumentsWithin(t reflect.Type, raw json.RawMessage, lim schemaLimits) []string {
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = json.RawMessage("{}")
 	}
 	var faults []string
-	checkValue(t, raw, "", &faults)
+	b := bounds{"wait_seconds": {0, maxWaitSeconds}, "deadline_seconds": {0, math.MaxInt64}}
+	if lim.MaxDeadlineSeconds > 0 {
+		b["deadline_seconds"] = [2]int64{0, int64(lim.MaxDeadlineSeconds)}
+	}
+	checkValue(t, raw, "", b, &faults)
 	return faults
 }
 
-func checkValue(t reflect.Type, raw json.RawMessage, ptr string, faults *[]string) {
+// bounds are the inclusive ranges of integer arguments, by member name.
+type bounds map[string][2]int64
+
+func checkValue(t reflect.Type, raw json.RawMessage, ptr string, b bounds, faults *[]string) {
 	at := ptr
 	if at == "" {
 		at = "arguments"
@@ -66,8 +80,14 @@ func checkValue(t reflect.Type, raw json.RawMessage, ptr string, faults *[]strin
 			add("an integer")
 			return
 		}
-		if _, err := n.Int64(); err != nil {
+		v, err := n.Int64()
+		if err != nil {
 			add(fmt.Sprintf("an integer from %d to %d, in digits (no fraction, no exponent)", math.MinInt64, math.MaxInt64))
+			return
+		}
+		name := ptr[strings.LastIndex(ptr, "/")+1:]
+		if r, ok := b[name]; ok && (v < r[0] || v > r[1]) {
+			add(fmt.Sprintf("an integer from %d to %d", r[0], r[1]))
 		}
 	case reflect.Slice:
 		var items []json.RawMessage
@@ -78,7 +98,7 @@ func checkValue(t reflect.Type, raw json.RawMessage, ptr string, faults *[]strin
 			return
 		}
 		for i, it := range items {
-			checkValue(t.Elem(), it, fmt.Sprintf("%s/%d", ptr, i), faults)
+			checkValue(t.Elem(), it, fmt.Sprintf("%s/%d", ptr, i), b, faults)
 		}
 	case reflect.Map:
 		if len(raw) == 0 || raw[0] != '{' {
@@ -119,7 +139,7 @@ func checkValue(t reflect.Type, raw json.RawMessage, ptr string, faults *[]strin
 				*faults = append(*faults, ptr+"/"+escapePointer(k)+": unknown argument (this takes "+known+")")
 				continue
 			}
-			checkValue(f.Type, m[k], ptr+"/"+escapePointer(k), faults)
+			checkValue(f.Type, m[k], ptr+"/"+escapePointer(k), b, faults)
 		}
 	}
 }
@@ -147,7 +167,17 @@ var libraryPhrases = []string{"validating \"arguments\"", "json: cannot", "Go st
 // of a2ad's tools whose arguments have faults ([checkArguments]) with
 // [argumentsError] before the go-sdk reads them, and replaces any error
 // result the go-sdk still writes in its own words with a2ad's.
-func checkToolArguments(next mcp.MethodHandler) mcp.MethodHandler {
+//
+// Top-level pointer and slice members sent as null mean absent: they are
+// removed before the go-sdk validates the arguments against the portable
+// input schema, whose types have no null ([portable]).
+func checkToolArguments(lim schemaLimits) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return checkToolArgumentsWithin(next, lim)
+	}
+}
+
+func checkToolArgumentsWithin(next mcp.MethodHandler, lim schemaLimits) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if method != "tools/call" {
 			return next(ctx, method, req)
@@ -158,9 +188,10 @@ func checkToolArguments(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		t, ours := toolInputs[cr.Params.Name]
 		if ours {
-			if faults := checkArguments(t, cr.Params.Arguments); len(faults) > 0 {
+			if faults := checkArgumentsWithin(t, cr.Params.Arguments, lim); len(faults) > 0 {
 				return argumentsError(cr.Params.Name, faults), nil
 			}
+			cr.Params.Arguments = dropNullArguments(cr.Params.Arguments, nullableArguments(t))
 		}
 		res, err := next(ctx, method, req)
 		if tr, ok := res.(*mcp.CallToolResult); ok && err == nil && tr.IsError && ours && len(tr.Content) == 1 {

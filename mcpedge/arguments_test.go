@@ -24,7 +24,7 @@ func argumentsHost(t *testing.T) *mcp.ClientSession {
 	mcp.AddTool(s, &mcp.Tool{Name: "delegate", InputSchema: encodedInputSchema[DelegateInput]()}, func(context.Context, *mcp.CallToolRequest, DelegateInput) (*mcp.CallToolResult, TaskOutput, error) {
 		return ok, TaskOutput{}, nil
 	})
-	s.AddReceivingMiddleware(secondInitialize, checkToolArguments)
+	s.AddReceivingMiddleware(secondInitialize, checkToolArguments(schemaLimits{}))
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := s.Connect(context.Background(), st, nil)
 	if err != nil {

@@ -540,7 +540,7 @@ func (a *Authenticator) ProtectMCP(next http.Handler) http.Handler {
 			return
 		}
 		if call.method == "tools/call" {
-			if need, known := ToolScopes[call.tool]; known && !slices.Contains(ti.Scopes, need) {
+			if need, known := requiredScope(call.tool); known && !slices.Contains(ti.Scopes, need) {
 				a.refused("insufficient_scope")
 				a.challenge(w, http.StatusForbidden, "insufficient_scope", "tool "+call.tool+" needs scope "+need, need)
 				return
@@ -687,7 +687,9 @@ func (a *Authenticator) MetadataHandler() http.Handler {
 // scopeFilter is server middleware: tools/list shows a principal only the
 // tools its scopes allow, and a tools/call of another tool is refused
 // (defence in depth behind ProtectMCP; on stdio the configured scopes).
-func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middleware {
+//
+// scope names the scope each tool needs ("" for none a2ad lists).
+func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal, scope func(tool string) string) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
@@ -696,7 +698,7 @@ func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middlew
 				if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
 					p := principal(req.GetExtra())
 					lr.Tools = slices.DeleteFunc(slices.Clone(lr.Tools), func(t *mcp.Tool) bool {
-						return !slices.Contains(p.Scopes, ToolScopes[t.Name])
+						return !slices.Contains(p.Scopes, scope(t.Name))
 					})
 					lr.CacheScope = "private" // filtered for this principal
 				}
@@ -704,7 +706,7 @@ func scopeFilter(principal func(*mcp.RequestExtra) broker.Principal) mcp.Middlew
 			case "tools/call":
 				if cr, ok := req.(*mcp.CallToolRequest); ok {
 					p := principal(req.GetExtra())
-					if need := ToolScopes[cr.Params.Name]; need != "" && !slices.Contains(p.Scopes, need) {
+					if need := scope(cr.Params.Name); need != "" && !slices.Contains(p.Scopes, need) {
 						return nil, &jsonrpc.Error{Code: CodeInsufficientScope,
 							Message: fmt.Sprintf("insufficient_scope: tool %s needs scope %s, which this principal does not have", cr.Params.Name, need)}
 					}

@@ -9,19 +9,20 @@ import (
 )
 
 // serverCapabilities are what a2ad declares, in `initialize` (2025-11-25)
-// and `server/discover` (2026-07-28), and all it serves: tools, whose list
-// never changes while a2ad runs, so without listChanged. No prompts,
-// resources, completions or logging: a2ad sends no log notifications
-// (its log goes to stderr and its operators), so it does not declare
-// logging either (go-sdk v1.8.0 declares logging, and tools.listChanged,
-// unless told otherwise). With conformance (Options.ConformanceTools,
-// never in production) also prompts, without listChanged: the suite's one
-// test prompt (conformance.go), which never changes either. And the MCP
-// Tasks extension (SEP-2663, tasks.go), declared in server/discover over
-// HTTP only: initialize results and stdio sessions have it taken out
-// again (tasksMiddleware).
+// and `server/discover` (2026-07-28), and all it serves: tools, with
+// listChanged (the per-skill tools follow approvals, quarantines and
+// liveness), and resources, with listChanged (the host schemas, which a
+// reload replaces), without subscribe. No prompts, completions or logging:
+// a2ad sends no log notifications (its log goes to stderr and its
+// operators), so it does not declare logging either (go-sdk v1.8.0
+// declares logging unless told otherwise). With conformance
+// (Options.ConformanceTools, never in production) also prompts, without
+// listChanged: the suite's one test prompt (conformance.go), which never
+// changes. And the MCP Tasks extension (SEP-2663, tasks.go), declared in
+// server/discover over HTTP only: initialize results and stdio sessions
+// have it taken out again (tasksMiddleware).
 func serverCapabilities(conformance bool) *mcp.ServerCapabilities {
-	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{ListChanged: true}}
 	caps.AddExtension(TasksExtension, nil)
 	if conformance {
 		caps.Prompts = &mcp.PromptCapabilities{}
@@ -29,20 +30,17 @@ func serverCapabilities(conformance bool) *mcp.ServerCapabilities {
 	return caps
 }
 
-// undeclaredMethods maps each method of a capability a2ad does not
-// declare to that capability. go-sdk v1.8.0 answers prompts/list and
-// resources/list (empty) and logging/setLevel whatever the declared
+// undeclaredMethods maps each method of a capability (or sub-capability)
+// a2ad does not declare to it. go-sdk v1.8.0 answers prompts/list,
+// resources/subscribe and logging/setLevel whatever the declared
 // capabilities; a2ad refuses them instead.
 var undeclaredMethods = map[string]string{
-	"prompts/list":             "prompts",
-	"prompts/get":              "prompts",
-	"resources/list":           "resources",
-	"resources/read":           "resources",
-	"resources/templates/list": "resources",
-	"resources/subscribe":      "resources",
-	"resources/unsubscribe":    "resources",
-	"completion/complete":      "completions",
-	"logging/setLevel":         "logging",
+	"prompts/list":          "prompts",
+	"prompts/get":           "prompts",
+	"resources/subscribe":   "resource subscriptions",
+	"resources/unsubscribe": "resource subscriptions",
+	"completion/complete":   "completions",
+	"logging/setLevel":      "logging",
 }
 
 // refuseUndeclared answers every method of a capability caps does not
@@ -50,11 +48,11 @@ var undeclaredMethods = map[string]string{
 // 2026-07-28 era), so that declared capabilities and behaviour match
 // exactly (MCP 2025-11-25 basic/lifecycle, "Capability Negotiation": both
 // parties must respect the negotiated capabilities). Only prompts can be
-// declared besides tools, and only with conformance.
+// declared besides tools and resources, and only with conformance.
 func refuseUndeclared(caps *mcp.ServerCapabilities) mcp.Middleware {
-	declared := "the tools capability only"
+	declared := "the tools and resources capabilities only, resources without subscribe"
 	if caps.Prompts != nil {
-		declared = "the tools and prompts capabilities only"
+		declared = "the tools, resources and prompts capabilities only, resources without subscribe"
 	}
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {

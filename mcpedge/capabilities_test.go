@@ -13,11 +13,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// a2ad declares exactly the capability it serves, tools without
-// listChanged, and refuses every method of the capabilities it does not
-// declare with -32601; tools/list is served. In both eras (2026-07-28
-// declares in server/discover, and has no resources/subscribe or
-// logging/setLevel of its own).
+// a2ad declares exactly the capabilities it serves, tools and resources,
+// both with listChanged and resources without subscribe, and refuses every
+// method of the capabilities it does not declare with -32601; tools/list
+// and resources/list are served. In both eras (2026-07-28 declares in
+// server/discover, and has no resources/subscribe or logging/setLevel of
+// its own).
 func TestDeclaredCapabilitiesMatchBehaviour(t *testing.T) {
 	for _, era := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(era, func(t *testing.T) { testDeclaredCapabilities(t, era) })
@@ -43,19 +44,19 @@ func testDeclaredCapabilities(t *testing.T, era string) {
 		t.Fatalf("negotiated %s, want %s", got, era)
 	}
 	caps, _ := json.Marshal(cs.InitializeResult().Capabilities)
-	if string(caps) != `{"tools":{}}` {
-		t.Errorf("declared capabilities %s, want {\"tools\":{}}", caps)
+	if want := `{"resources":{"listChanged":true},"tools":{"listChanged":true}}`; string(caps) != want {
+		t.Errorf("declared capabilities %s, want %s", caps, want)
+	}
+	if res, err := cs.ListResources(ctx, nil); err != nil || len(res.Resources) != 0 {
+		t.Errorf("resources/list: %v %v, want none (no host schemas here)", res, err)
 	}
 	if tools, err := cs.ListTools(ctx, nil); err != nil || len(tools.Tools) != 5 {
 		t.Errorf("tools/list: %v", err)
 	}
 	calls := map[string]func() error{
-		"prompts/list":             func() error { _, err := cs.ListPrompts(ctx, nil); return err },
-		"prompts/get":              func() error { _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "x"}); return err },
-		"resources/list":           func() error { _, err := cs.ListResources(ctx, nil); return err },
-		"resources/read":           func() error { _, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "file:///x"}); return err },
-		"resources/templates/list": func() error { _, err := cs.ListResourceTemplates(ctx, nil); return err },
-		"resources/subscribe":      func() error { return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "file:///x"}) },
+		"prompts/list":        func() error { _, err := cs.ListPrompts(ctx, nil); return err },
+		"prompts/get":         func() error { _, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "x"}); return err },
+		"resources/subscribe": func() error { return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "file:///x"}) },
 		"completion/complete": func() error {
 			_, err := cs.Complete(ctx, &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "x"}, Argument: mcp.CompleteParamsArgument{Name: "a", Value: "b"}})
 			return err

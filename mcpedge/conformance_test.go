@@ -75,8 +75,8 @@ func TestConformanceToolsUseA2adRequestStates(t *testing.T) {
 func TestConformancePromptAsksForItsContext(t *testing.T) {
 	ctx := context.Background()
 	cs := conformanceSession(t, ScopeRead)
-	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"prompts":{},"tools":{}}` {
-		t.Errorf("declared capabilities %s, want {\"prompts\":{},\"tools\":{}}", caps)
+	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"prompts":{},"resources":{"listChanged":true},"tools":{"listChanged":true}}` {
+		t.Errorf("declared capabilities %s, want prompts, resources and tools", caps)
 	}
 	if l, err := cs.ListPrompts(ctx, nil); err != nil || len(l.Prompts) != 1 || l.Prompts[0].Name != conformancePrompt {
 		t.Fatalf("prompts/list: %v %+v", err, l)

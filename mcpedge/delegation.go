@@ -4,4 +4,10 @@ package mcpedge
 // is returns a new task: delegate and the per-skill tools. The MCP Tasks
 // extension answers a task-augmented call of such a tool with a task
 // handle.
-func (e *Edge) delegationTool(name string) bool { return name == "delegate" }
+func (e *Edge) delegationTool(name string) bool {
+	if name == "delegate" {
+		return true
+	}
+	_, ok := e.skills.lookup(name)
+	return ok
+}

@@ -288,7 +288,7 @@ func FuzzStdioLine(f *testing.F) {
 		mcp.AddTool(s, &mcp.Tool{Name: "delegate", InputSchema: encodedInputSchema[DelegateInput]()}, func(context.Context, *mcp.CallToolRequest, DelegateInput) (*mcp.CallToolResult, TaskOutput, error) {
 			return nil, TaskOutput{}, nil
 		})
-		s.AddReceivingMiddleware(secondInitialize, checkToolArguments)
+		s.AddReceivingMiddleware(secondInitialize, checkToolArguments(schemaLimits{}))
 		in := `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
 			line + "\n" + `{"jsonrpc":"2.0","id":"end","method":"ping"}` + "\n"
 		var out bytes.Buffer

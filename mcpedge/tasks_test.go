@@ -189,8 +189,8 @@ func TestTasksNotOverStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"tools":{}}` {
-		t.Errorf("stdio declares %s, want {\"tools\":{}}", caps)
+	if caps, _ := json.Marshal(cs.InitializeResult().Capabilities); string(caps) != `{"resources":{"listChanged":true},"tools":{"listChanged":true}}` {
+		t.Errorf("stdio declares %s, want tools and resources, without the Tasks extension", caps)
 	}
 	_, err = mcp.CallCustomMethod[*TaskParams, *TaskResult](ctx, cs, MethodTasksGet, &TaskParams{TaskID: "tsk-1"})
 	var we *jsonrpc.Error

@@ -277,8 +277,8 @@ func TestMCPTasksExtension(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if caps, _ := json.Marshal(s.InitializeResult().Capabilities); string(caps) != `{"tools":{}}` {
-			t.Errorf("initialize capabilities %s, want {\"tools\":{}}", caps)
+		if caps, _ := json.Marshal(s.InitializeResult().Capabilities); string(caps) != `{"resources":{"listChanged":true},"tools":{"listChanged":true}}` {
+			t.Errorf("initialize capabilities %s, want tools and resources, without the Tasks extension", caps)
 		}
 	})
 

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,10 @@ type Service struct {
 	// dropped before the brief is built and listed in
 	// task.Record.DroppedEvidence. No entry: all evidence goes.
 	EvidenceAllow map[string]*brief.Allowlist
+	// OutputSchemas maps "agentId/skillId" (or "agentId/*" for the agent's
+	// other skills) to the host schemas a delegation to that skill may
+	// name as its output schema; no entry: every host schema in force.
+	OutputSchemas map[string][]string
 
 	// OnDelegate, if set, is called once per Delegate call, after it, with
 	// its outcome. It must not block.
@@ -227,6 +232,9 @@ func (s *Service) delegate(ctx context.Context, p Principal, req *DelegateReques
 			return nil, fmt.Errorf("%w: no agent %q is visible to this principal", err, req.Agent)
 		}
 		return nil, err
+	}
+	if allowed, ok := s.outputSchemas(req.Agent, req.Skill); ok && !slices.Contains(allowed, req.Brief.OutputSchema) {
+		return nil, &SchemaNotAllowedError{Agent: req.Agent, Skill: req.Skill, Schema: truncate(req.Brief.OutputSchema, 64), Allowed: allowed}
 	}
 	schema, err := s.Schemas.Get(req.Brief.OutputSchema)
 	if err != nil {
@@ -668,6 +676,62 @@ func (s *Service) cancel(ctx context.Context, id, source, reason, by string) (*t
 		return s.deliver(ctx, r, true)
 	}
 	return r, nil // a brief to learn the agent's id from goes out with the scheduler
+}
+
+// outputSchemas are the output schemas configured for the agent's skill
+// (OutputSchemas), and whether any are.
+func (s *Service) outputSchemas(agent, skill string) ([]string, bool) {
+	if l, ok := s.OutputSchemas[agent+"/"+skill]; ok {
+		return l, true
+	}
+	l, ok := s.OutputSchemas[agent+"/*"]
+	return l, ok
+}
+
+// OutputSchemasFor are the names of the host schemas a delegation to the
+// agent's skill may name as its output schema: those configured
+// (OutputSchemas) that are in force, else every host schema in force;
+// sorted as configured, or by name.
+func (s *Service) OutputSchemasFor(agent, skill string) []string {
+	if l, ok := s.outputSchemas(agent, skill); ok {
+		out := make([]string, 0, len(l))
+		for _, n := range l {
+			if _, err := s.Schemas.Get(n); err == nil {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if n := s.Schemas.Names(); n != nil {
+		return n
+	}
+	return []string{}
+}
+
+// EvidenceSchemaFor is the name of the host schema the evidence of a
+// delegation to the agent's skill must satisfy, "" when none is
+// configured (EvidenceSchemas).
+func (s *Service) EvidenceSchemaFor(agent, skill string) string {
+	return s.EvidenceSchemas[agent+"/"+skill]
+}
+
+// SchemaNotAllowedError refuses a delegation whose output schema is not
+// one of those configured for the agent's skill (OutputSchemas); Allowed
+// lists them.
+type SchemaNotAllowedError struct {
+	Agent, Skill, Schema string
+	Allowed              []string
+}
+
+func (e *SchemaNotAllowedError) Error() string {
+	return fmt.Sprintf("output schema %q is not allowed for skill %s of agent %s; allowed: %s", e.Schema, e.Skill, e.Agent, strings.Join(e.Allowed, ", "))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // EvidenceError means the evidence does not satisfy the skill's evidence

@@ -276,6 +276,11 @@ func configuredSkills(a AgentConfig) map[string][]string {
 	for skill := range a.EvidenceKeys {
 		out[skill] = append(out[skill], "evidence_keys")
 	}
+	for skill := range a.OutputSchemas {
+		if skill != "*" {
+			out[skill] = append(out[skill], "output_schemas")
+		}
+	}
 	return out
 }
 

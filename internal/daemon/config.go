@@ -430,6 +430,11 @@ type AgentConfig struct {
 	// EvidenceSchemas maps a skill id to the host schema its evidence must
 	// satisfy before anything is sent.
 	EvidenceSchemas map[string]string `yaml:"evidence_schemas"`
+	// OutputSchemas maps a skill id ("*": every skill without its own
+	// entry) to the host schemas a delegation to it may name as its
+	// output_schema; a skill with no entry (and no "*") may name any.
+	// Unknown names are load errors (EvidenceSchemaFaults).
+	OutputSchemas map[string][]string `yaml:"output_schemas"`
 	// EvidenceKeys maps a skill id ("*": every skill without its own
 	// entry) to the evidence the agent may receive, as JSON pointers or
 	// top-level names (brief.Allowlist); other evidence is dropped before

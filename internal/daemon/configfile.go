@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -261,7 +262,7 @@ func fromConfigError(err error) error {
 	return &KeyError{Key: key, Reason: rest, inline: true}
 }
 
-// EvidenceSchemaFaults are the evidence_schemas entries of c that name a
+// EvidenceSchemaFaults are the evidence_schemas and output_schemas entries of c that name a
 // host schema the schema directory (c.SchemasDir, else the built-in
 // ones) does not hold, each a [*KeyError] with the line when c came from
 // a file and the name most likely meant. Nil when the directory does not
@@ -303,6 +304,44 @@ func evidenceSchemaFaults(c Config, reg *artifact.Registry) []error {
 				e.Reason += "; it holds " + strings.Join(names, ", ")
 			}
 			faults = append(faults, e)
+		}
+		faults = append(faults, outputSchemaFaults(c, i, a, reg)...)
+	}
+	return faults
+}
+
+// outputSchemaFaults are the names in agents[i].output_schemas that reg
+// does not hold, as [evidenceSchemaFaults] words them.
+func outputSchemaFaults(c Config, i int, a AgentConfig, reg *artifact.Registry) []error {
+	var faults []error
+	names := reg.Names()
+	for _, skill := range slices.Sorted(maps.Keys(a.OutputSchemas)) {
+		for j, name := range a.OutputSchemas[skill] {
+			if _, err := reg.Get(name); err == nil {
+				continue
+			}
+			key := fmt.Sprintf("agents[%d].output_schemas[%s][%d]", i, skill, j)
+			line := 0
+			if c.file != nil {
+				line = lineOf(c.file, key)
+				if n := mappingValue(mappingValue(agentNode(c.file, i), "output_schemas"), skill); n != nil {
+					line = n.Line
+					if n.Kind == yaml.SequenceNode && j < len(n.Content) {
+						line = n.Content[j].Line
+					}
+				}
+			}
+			e := &KeyError{Key: key, Line: line, Reason: fmt.Sprintf("no host schema named %q in %s", name, schemasDirName(c.SchemasDir))}
+			if s := suggest.Closest(name, names); s != "" {
+				e.Reason += fmt.Sprintf(" (did you mean %s?)", s)
+			} else {
+				e.Reason += "; it holds " + strings.Join(names, ", ")
+			}
+			faults = append(faults, e)
+		}
+		if len(a.OutputSchemas[skill]) == 0 {
+			faults = append(faults, &KeyError{Key: fmt.Sprintf("agents[%d].output_schemas[%s]", i, skill),
+				Reason: "lists no host schema: name at least one, or leave the skill out (then every host schema is allowed)"})
 		}
 	}
 	return faults

@@ -245,3 +245,29 @@ func TestLoadConfigNamesAnInheritedLimitOnce(t *testing.T) {
 		t.Errorf("error\n%v\nwant\n%s", err, want)
 	}
 }
+
+// Output schemas a skill's configuration names that no host schema has are
+// refused at Start, every one with its line, beside the evidence schemas'
+// faults; so is an empty list.
+func TestStartNamesUnknownOutputSchemas(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a2ad.yaml")
+	_ = os.WriteFile(f, []byte("agents:\n  - id: fraud-review\n    tenants: [default]\n    evidence_schemas:\n      assess_refund_risk: refund_evidenc\n"+
+		"    output_schemas:\n      assess_refund_risk:\n        - risk_assessment\n        - risk_asessment\n      \"*\": [nope]\n      other: []\n"), 0o600)
+	cfg, err := daemon.LoadConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir, cfg.HTTPAddr, cfg.NATSListen = t.TempDir(), "127.0.0.1:0", "127.0.0.1:-1"
+	d, err := daemon.Start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if err == nil {
+		d.Stop()
+		t.Fatal("Start accepted output schema risk_asessment")
+	}
+	want := `config: line 5: agents[0].evidence_schemas[assess_refund_risk]: no host schema named "refund_evidenc" in the built-in schemas (did you mean refund_evidence?); ` +
+		`line 10: agents[0].output_schemas[*][0]: no host schema named "nope" in the built-in schemas; it holds refund_evidence, risk_assessment; ` +
+		`line 9: agents[0].output_schemas[assess_refund_risk][1]: no host schema named "risk_asessment" in the built-in schemas (did you mean risk_assessment?); ` +
+		`agents[0].output_schemas[other]: lists no host schema: name at least one, or leave the skill out (then every host schema is allowed)`
+	if err.Error() != want {
+		t.Errorf("error\n%s\nwant\n%s", err, want)
+	}
+}

@@ -271,6 +271,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	var agentCfg []agentcard.AgentConfig
 	evidence := map[string]string{}
+	outputs := map[string][]string{}
 	allow := map[string]*brief.Allowlist{}
 	for i, a := range cfg.Agents {
 		if a.CardURL != "" {
@@ -285,6 +286,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		agentCfg = append(agentCfg, a.AgentConfig)
 		for skill, name := range a.EvidenceSchemas {
 			evidence[a.ID+"/"+skill] = name
+		}
+		for skill, names := range a.OutputSchemas {
+			outputs[a.ID+"/"+skill] = names
 		}
 		for skill, keys := range a.EvidenceKeys {
 			al, err := brief.NewAllowlist(keys)
@@ -328,7 +332,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	limitsOfBriefs := brief.Limits{MaxDeadlineSeconds: cfg.MaxDeadlineSeconds}.WithDefaults()
 	natsClient := natsbind.NewClient(d.nc)
 	d.Service = &broker.Service{Agents: agents, Schemas: schemas, Bindings: map[string]broker.Binding{"": natsClient}, Log: log,
-		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow,
+		Limits: limitsOfBriefs, EvidenceSchemas: evidence, EvidenceAllow: allow, OutputSchemas: outputs,
 		OnDelegate: d.obs.delegated, IdempotencySecret: idemKey, IdempotencySince: idemSince,
 		// Tasks of earlier versions are found by their ids for as long as
 		// one delegated before the key existed may still run.

@@ -619,6 +619,10 @@ func TestAnswerToAnAgentNoLongerWaiting(t *testing.T) {
 
 func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
 	s := start(t, nil)
+	waitFor(t, "the per-skill tool", func() bool {
+		res, err := s.session.ListTools(context.Background(), nil)
+		return err == nil && slices.ContainsFunc(res.Tools, func(tool *mcp.Tool) bool { return tool.Name == "fraud-review__assess_refund_risk" })
+	})
 	res, err := s.session.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -630,12 +634,13 @@ func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
 			t.Errorf("tool %s lacks description or schemas", tool.Name)
 		}
 	}
-	if got := strings.Join(names, ","); got != "agents_list,delegate,task_cancel,task_get,task_respond" {
+	if got := strings.Join(names, ","); got != "agents_list,delegate,fraud-review__assess_refund_risk,task_cancel,task_get,task_respond" {
 		t.Errorf("tools = %s", got)
 	}
-	// The input schemas go to the SDK encoded once (mcpedge's
-	// encodedInputSchema): hosts see the schema of the tool's input type,
-	// and the SDK still checks every call against it.
+	// The input schemas go to the SDK encoded once, made portable
+	// (mcpedge's portableSchema): hosts see the schema of the tool's input
+	// type with one type per member and its bounds, and the SDK still
+	// checks every call against it.
 	i := slices.IndexFunc(res.Tools, func(tool *mcp.Tool) bool { return tool.Name == "delegate" })
 	var in struct {
 		Type       string                     `json:"type"`
@@ -647,7 +652,7 @@ func TestToolsHaveDescriptionsAndSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in.Type != "object" || strings.Join(in.Required, ",") != "agent,skill,objective,evidence,output_schema" ||
-		!strings.Contains(string(in.Properties["wait_seconds"]), `"type":["null","integer"]`) {
+		!strings.Contains(string(in.Properties["wait_seconds"]), `"type":"integer"`) || !strings.Contains(string(in.Properties["wait_seconds"]), `"maximum":50`) {
 		t.Errorf("delegate input schema = %s", raw)
 	}
 	bad := delegateArgs(evidence("C-9", 1999))
