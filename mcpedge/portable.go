@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/a2ad/a2ad/agentcard"
 	"github.com/a2ad/a2ad/task"
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -33,6 +34,7 @@ import (
 var (
 	taskStates   = []any{string(task.Submitted), string(task.Working), string(task.InputRequired), string(task.AuthRequired), string(task.Completed), string(task.Failed), string(task.Canceled), string(task.Rejected)}
 	agentStates  = []any{"approved", "pending", "quarantined"}
+	reachStates  = []any{string(agentcard.ReachabilityReachable), string(agentcard.ReachabilityOffline), string(agentcard.ReachabilityUnknown)}
 	partKinds    = []any{"data", "text", "raw", "url"}
 	anyJSONValue = map[string]any{
 		"description": "the validated data part: JSON, as the agent sent it",
@@ -401,6 +403,7 @@ func taskOutputMap(lim schemaLimits) map[string]any {
 func agentsListOutputSchema(lim schemaLimits) json.RawMessage {
 	m := portableFor[AgentsListOutput](lim)
 	withEnum(m, agentStates, "agents", "*", "status")
+	withEnum(m, reachStates, "agents", "*", "reachability")
 	return checkedSchema[AgentsListOutput](m)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/a2ad/a2ad/internal/testlog"
+	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -136,6 +137,9 @@ const livenessWithin = 5*time.Second + 500*time.Millisecond + 2*time.Second + 50
 func checkLiveness(t *testing.T, d *daemonProc, agent *agentProcess, id string, delegate map[string]any, offlineReason string) {
 	h := connectHost(t, d)
 	took, _ := h.awaitReachability(id, "reachable", 15*time.Second)
+	tools := watchTools(t, d)
+	skillTool := id + "__" + delegate["skill"].(string)
+	tools.await(skillTool, true, 5*time.Second)
 	t.Logf("%s reachable %v after the host connected", id, took.Round(time.Millisecond))
 	if got := h.mustCall("delegate", delegate); got.State != "completed" {
 		t.Fatalf("delegate while reachable: %s", got.State)
@@ -150,6 +154,8 @@ func checkLiveness(t *testing.T, d *daemonProc, agent *agentProcess, id string, 
 	if a.Delegable || a.NotDelegableReason != "offline: "+offlineReason {
 		t.Errorf("offline agent listed delegable %v, reason %q; want false, %q", a.Delegable, a.NotDelegableReason, "offline: "+offlineReason)
 	}
+	// The per-skill tool goes with it, and the session is told.
+	tools.await(skillTool, false, 5*time.Second)
 	if _, err := time.Parse(time.RFC3339, a.LivenessCheckedAt); err != nil {
 		t.Errorf("liveness_checked_at %q: %v", a.LivenessCheckedAt, err)
 	}
@@ -174,6 +180,7 @@ func checkLiveness(t *testing.T, d *daemonProc, agent *agentProcess, id string, 
 	if !a.Delegable || a.NotDelegableReason != "" {
 		t.Errorf("reachable again: delegable %v, reason %q", a.Delegable, a.NotDelegableReason)
 	}
+	tools.await(skillTool, true, 5*time.Second)
 	if got := h.mustCall("delegate", delegate); got.State != "completed" {
 		t.Errorf("delegate after the agent came back: %s", got.State)
 	}
@@ -208,4 +215,64 @@ func TestAgentLivenessOverHTTP(t *testing.T) {
 	args["agent"] = "fraud-http"
 	checkLiveness(t, d, agent, "fraud-http", args,
 		"agent fraud-http: probe not sent: the agent's address cannot be reached (connection, DNS or TLS handshake failed)")
+}
+
+// toolWatch is a host session that counts notifications/tools/list_changed.
+type toolWatch struct {
+	t       *testing.T
+	session *mcp.ClientSession
+	changed chan struct{}
+}
+
+// watchTools connects a 2025-11-25 host session (it keeps a stream open
+// for the server's notifications) that records each tools/list_changed.
+func watchTools(t *testing.T, d *daemonProc) *toolWatch {
+	t.Helper()
+	w := &toolWatch{t: t, changed: make(chan struct{}, 64)}
+	client := mcp.NewClient(&mcp.Implementation{Name: "tool-watch", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { w.changed <- struct{}{} }})
+	s, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: d.HTTP + "/mcp",
+		HTTPClient: mcpedge.BearerClient(d.token(t, mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	w.session = s
+	return w
+}
+
+func (w *toolWatch) listed(name string) bool {
+	w.t.Helper()
+	res, err := w.session.ListTools(context.Background(), nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, tl := range res.Tools {
+		if tl.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// await waits until tools/list does (present) or does not list name; when
+// that is a change from the list as it was, a tools/list_changed
+// notification must have come first.
+func (w *toolWatch) await(name string, present bool, within time.Duration) {
+	w.t.Helper()
+	if w.listed(name) == present {
+		return
+	}
+	select {
+	case <-w.changed:
+	case <-time.After(within):
+		w.t.Fatalf("no tools/list_changed within %v for %s (want listed: %v)", within, name, present)
+	}
+	deadline := time.Now().Add(within)
+	for w.listed(name) != present {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("tool %s listed %v %v after tools/list_changed", name, !present, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
