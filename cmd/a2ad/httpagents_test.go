@@ -32,7 +32,7 @@ func TestAgentsCLIShowsTheBinding(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^AGENT\s+STATUS\s+DELEGABLE\s+REACHABLE\s+BINDING\s+FINGERPRINT\s+WARNINGS\s+REASON$`,
 		`(?m)^fraud-review\s+approved\s+true\s+unknown\s+nats\s+sha256:25def1ed\s+0\s*$`,
-		`(?m)^movie-agent\s+approved\s+true\s+unknown\s+JSONRPC\s+sha256:0e5a\s+0\s*$`,
+		`(?m)^movie-agent\s+approved\s+true\s+(unknown|reachable)\s+JSONRPC\s+sha256:0e5a\s+0\s*$`,
 		`(?m)^refund-ledger\s+pending\s+false\s+unknown\s+0\s+pending: awaiting operator approval$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(list.String()) {
@@ -88,7 +88,7 @@ func TestAgentsShowHTTPAgent(t *testing.T) {
 			t.Errorf("agents show lacks %s:\n%s", re, out)
 		}
 	}
-	if out, err := run("agents", "list"); err != nil || !regexp.MustCompile(`(?m)^movie-agent\s+approved\s+true\s+unknown\s+JSONRPC\s+sha256:`).MatchString(out) {
+	if out, err := run("agents", "list"); err != nil || !regexp.MustCompile(`(?m)^movie-agent\s+approved\s+true\s+(unknown|reachable)\s+JSONRPC\s+sha256:`).MatchString(out) {
 		t.Errorf("agents list (%v):\n%s", err, out)
 	}
 }

@@ -43,7 +43,7 @@ func TestOwnConnectionFitsTheSmallestSubscriptionLimit(t *testing.T) {
 		agents = append(agents, AgentConfig{AgentConfig: agentcard.AgentConfig{ID: fmt.Sprintf("agent-%d", i), Tenants: []string{"default"}}})
 	}
 	var logs syncBuffer
-	d, err := Start(context.Background(), Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1", Agents: agents,
+	d, err := Start(context.Background(), Config{DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0", Agents: agents,
 		NATSLimits: NATSLimits{MaxSubscriptionsPerConnection: n + ownSubscriptions},
 		// Room in the store for 100 agents' pending events.
 		AgentLimits: AgentLimits{MaxPendingBytes: 1 << 20}}, slog.New(slog.NewTextHandler(&logs, nil)), true)
