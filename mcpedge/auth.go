@@ -151,7 +151,7 @@ func NewAuthenticator(cfg AuthConfig, dataDir, baseURL string) (*Authenticator, 
 		a.keyfunc = func(*jwt.Token) (any, error) { return key, nil }
 		implied = algorithmsFor(key)
 	case cfg.JWKSURL != "":
-		if u, err := url.Parse(cfg.JWKSURL); err != nil || (u.Scheme != "https" && !loopbackHost(u.Hostname())) {
+		if u, err := url.Parse(cfg.JWKSURL); err != nil || (u.Scheme != "https" && !LoopbackHost(u.Hostname())) {
 			return nil, errors.New("auth: jwks_url must be https (http only on loopback)")
 		}
 		kf, err := keyfunc.NewDefaultOverrideCtx(context.Background(), []string{cfg.JWKSURL}, keyfunc.Override{HTTPTimeout: 10 * time.Second})
@@ -352,7 +352,10 @@ func printable(s string) bool {
 	return true
 }
 
-func loopbackHost(h string) bool {
+// LoopbackHost reports whether h, a URL's host name without port, is
+// localhost or a loopback IP address (127.0.0.0/8, ::1): where a bearer
+// token may travel in plain text.
+func LoopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}

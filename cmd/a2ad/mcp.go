@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -216,6 +217,9 @@ func checkMCPURL(raw string) error {
 		return errors.New("no host: want e.g. http://127.0.0.1:8080/mcp")
 	case u.User != nil:
 		return errors.New("credentials in the URL are not sent: give the token with --token-file")
+	case u.Scheme == "http" && !mcpedge.LoopbackHost(u.Hostname()):
+		// The bridge sends a bearer token with every request.
+		return errors.New("http:// is plain text and the host token would cross the network readable: use the daemon's https:// URL (with --ca for a private CA), or http:// on loopback only")
 	}
 	return nil
 }
@@ -242,16 +246,22 @@ const maxTokenFile = 64 << 10
 // it.
 func tokenFromFile(path string) mcpedge.TokenSource {
 	return func() (string, error) {
-		st, err := os.Stat(path)
+		f, err := os.Open(path)
 		if err != nil {
 			return "", fmt.Errorf("--token-file: %w", err)
 		}
-		if st.Size() > maxTokenFile {
-			return "", fmt.Errorf("--token-file %s holds %d bytes; a token is at most %d", path, st.Size(), maxTokenFile)
+		defer f.Close()
+		// A pipe or a device (a symlink to /dev/zero) has no size to
+		// check: only a regular file is read, and never past the bound.
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("--token-file %s is not a regular file: write the token to a file", path)
 		}
-		b, err := os.ReadFile(path)
+		b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
 		if err != nil {
 			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		if len(b) > maxTokenFile {
+			return "", fmt.Errorf("--token-file %s holds more than %d bytes; a token is at most that", path, maxTokenFile)
 		}
 		tok := strings.TrimSpace(string(b))
 		switch {

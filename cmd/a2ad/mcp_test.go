@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -512,6 +514,7 @@ func TestMCPFlagFaults(t *testing.T) {
 		{[]string{"--subject", "me", "--scope", "a2a:read,a2a:delegate", "--data-dir", empty}, `mcp: --scope "a2a:read,a2a:delegate": scopes are separated by spaces, not commas: --scope "a2a:read a2a:delegate", or repeat --scope for each`},
 		{[]string{"--data-dir", empty}, "mcp: no development key in " + empty + " to mint host tokens with: give the --data-dir of the daemon (a2ad serve makes the key at its first start), or --token-file with a token its auth accepts"},
 		{[]string{"--ttl", "10s", "--data-dir", empty}, "mcp: --ttl 10s: want 1m to 24h"},
+		{[]string{"--url", "http://a2ad.example.com/mcp", "--token-file", "x"}, `mcp: --url "http://a2ad.example.com/mcp": http:// is plain text and the host token would cross the network readable: use the daemon's https:// URL (with --ca for a private CA), or http:// on loopback only`},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(bin, append([]string{"mcp"}, c.args...)...)
@@ -607,6 +610,42 @@ func TestMCPBridgeCancelledCallIsNotAnswered(t *testing.T) {
 				t.Fatal("the ping after the cancellation was not answered")
 			}
 			return // 5 s with no answer to the cancelled call (it would have come after 3)
+		}
+	}
+}
+
+// A token file that is not a regular file (a pipe, a device: a symlink to
+// /dev/zero) is refused without reading it; a regular one is read only up
+// to the bound.
+func TestMCPTokenFileIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("a"), maxTokenFile+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Something writes to the pipe, so that opening it does not block.
+	go func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			_, _ = f.Write(bytes.Repeat([]byte("a"), 1<<20))
+			f.Close()
+		}
+	}()
+	for path, want := range map[string]string{
+		fifo: "--token-file " + fifo + " is not a regular file: write the token to a file",
+		zero: "--token-file " + zero + " is not a regular file: write the token to a file",
+		big:  fmt.Sprintf("--token-file %s holds more than %d bytes; a token is at most that", big, maxTokenFile),
+	} {
+		tok, err := tokenFromFile(path)()
+		if err == nil || err.Error() != want || tok != "" {
+			t.Errorf("token from %s = %q, %v; want %q", path, tok, err, want)
 		}
 	}
 }
