@@ -379,7 +379,7 @@ type DelegateInput struct {
 
 // BudgetInput bounds the delegated work.
 type BudgetInput struct {
-	DeadlineSeconds int `json:"deadline_seconds" jsonschema:"seconds until a2ad cancels the task (0: the default, 600)"`
+	DeadlineSeconds int `json:"deadline_seconds,omitempty" jsonschema:"seconds until a2ad cancels the task (0 or absent: the default, 600)"`
 }
 
 // TaskOutput is what every task tool returns.
