@@ -608,6 +608,9 @@ func statusMessage(r *task.Record) string {
 		return fmt.Sprintf("a2ad task %s: agent %q needs authorization, given to the agent itself (a2ad never forwards credentials)", r.State, r.AgentID)
 	case task.Completed:
 		return fmt.Sprintf("a2ad task %s: the artifacts were validated against output schema %s", r.State, r.OutputSchema)
+	case task.Canceled:
+		// A cancelled MCP task carries no result: the reason is here.
+		return fmt.Sprintf("a2ad task %s%s", r.State, reason)
 	}
 	return fmt.Sprintf("a2ad task %s%s: the result's state and reason say how it ended", r.State, reason)
 }

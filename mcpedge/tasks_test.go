@@ -34,6 +34,19 @@ func TestTaskStatus(t *testing.T) {
 	}
 }
 
+// A cancelled task's status message carries its reason itself: a
+// cancelled MCP task has no result to point at.
+func TestStatusMessageOfEndedTasks(t *testing.T) {
+	for r, want := range map[*task.Record]string{
+		{State: task.Canceled, Reason: "canceled_by_host"}: "a2ad task canceled (canceled_by_host)",
+		{State: task.Failed, Reason: "artifact_rejected"}:  "a2ad task failed (artifact_rejected): the result's state and reason say how it ended",
+	} {
+		if got := statusMessage(r); got != want {
+			t.Errorf("statusMessage(%s) = %q, want %q", r.State, got, want)
+		}
+	}
+}
+
 func TestParseInputResponse(t *testing.T) {
 	cases := []struct {
 		raw      string
