@@ -12,6 +12,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,6 +188,30 @@ var ErrAgentNotFound = errors.New("agentcard: agent not found")
 
 // ErrSkillNotFound means the agent's card has no skill with the requested id.
 var ErrSkillNotFound = errors.New("agentcard: skill not found")
+
+// SkillNotFoundError is [ErrSkillNotFound] for one agent: its text, which
+// hosts read, names the skills the approved card has (the first 20, ids
+// clipped to 64 bytes: the ids are the agent's text, shown as agents_list
+// shows them).
+type SkillNotFoundError struct {
+	AgentID, Skill string
+	Skills         []string // the card's skill ids
+}
+
+func (e *SkillNotFoundError) Error() string {
+	names := make([]string, 0, min(len(e.Skills), 20))
+	for _, s := range e.Skills[:min(len(e.Skills), 20)] {
+		names = append(names, strconv.Quote(truncate(s, 64)))
+	}
+	more := ""
+	if len(e.Skills) > 20 {
+		more = fmt.Sprintf(" and %d more", len(e.Skills)-20)
+	}
+	return fmt.Sprintf("agent %s has no skill %q; its skills are %s%s (agents_list lists them)", e.AgentID, truncate(e.Skill, 64), strings.Join(names, ", "), more)
+}
+
+// Is makes a SkillNotFoundError [ErrSkillNotFound] for errors.Is.
+func (e *SkillNotFoundError) Is(target error) bool { return target == ErrSkillNotFound }
 
 // ErrFingerprintMismatch means an approval named a fingerprint that is not
 // the one of the agent's current card.
@@ -940,7 +965,11 @@ func (r *Registry) ForDelegation(ctx context.Context, tenant, agentID, skillID s
 		return nil, nil, v.cardErr
 	}
 	if _, ok := v.card.Skill(skillID); !ok {
-		return nil, nil, fmt.Errorf("%w: agent %s has no skill %q", ErrSkillNotFound, agentID, truncate(skillID, 64))
+		e := &SkillNotFoundError{AgentID: agentID, Skill: skillID}
+		for _, sk := range v.card.Skills {
+			e.Skills = append(e.Skills, sk.ID)
+		}
+		return nil, nil, e
 	}
 	return rec, v.card, nil
 }

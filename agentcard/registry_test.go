@@ -360,7 +360,7 @@ func TestForDelegationUnknownSkill(t *testing.T) {
 	if !errors.Is(err, ErrSkillNotFound) {
 		t.Fatalf("ForDelegation(wire_money) = %v, want ErrSkillNotFound", err)
 	}
-	if want := `agentcard: skill not found: agent fraud-review has no skill "wire_money"`; err.Error() != want {
+	if want := `agent fraud-review has no skill "wire_money"; its skills are "assess_refund_risk" (agents_list lists them)`; err.Error() != want {
 		t.Errorf("error = %q, want %q", err, want)
 	}
 }

@@ -664,9 +664,12 @@ func (e *ToolError) Unwrap() error { return e.Err }
 
 // Messages of the codes whose causes may be a library's text.
 const (
-	msgInternal    = "a2ad could not complete the call; its log has the cause"
-	msgUnavailable = "a2ad's store has no room for this now (it keeps what is left for the tasks already delegated, which go on); try again later"
-	msgNoLeader    = "a2ad's store could not say whether the task exists (its NATS cluster is electing a leader or lacks a quorum); try again later"
+	msgInternal = "a2ad could not complete the call; its log has the cause"
+	// Unknown and another tenant's answer alike: no oracle.
+	msgAgentNotFound = "no agent of that id is visible to this principal; agents_list names the agents it may delegate to"
+	msgTaskNotFound  = "task not found: no task of that id is visible to this principal (never delegated, another tenant's, or removed after its retention)"
+	msgUnavailable   = "a2ad's store has no room for this now (it keeps what is left for the tasks already delegated, which go on); try again later"
+	msgNoLeader      = "a2ad's store could not say whether the task exists (its NATS cluster is electing a leader or lacks a quorum); try again later"
 )
 
 // toolError classifies a domain error into a stable code. The host reads
@@ -689,6 +692,10 @@ func toolError(err error) *ToolError {
 	switch code {
 	case "internal_error":
 		return &ToolError{Code: code, Msg: msgInternal, Err: err}
+	case "agent_not_found":
+		return &ToolError{Code: code, Msg: msgAgentNotFound, Err: err}
+	case "task_not_found":
+		return &ToolError{Code: code, Msg: msgTaskNotFound, Err: err}
 	case "canceled":
 		return &ToolError{Code: code, Msg: "the call was cancelled; the task, if one was delegated, goes on (task_get follows it)", Err: err}
 	case "unavailable":

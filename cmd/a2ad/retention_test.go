@@ -62,7 +62,7 @@ func TestRetentionRemovesEndedTasksAcrossARestart(t *testing.T) {
 	d2 := startDaemon(t, nil, flags...)
 	h2 := connectHost(t, d2)
 	waitUntil(t, "the restarted instance to remove the ended task", func() bool { return retentionMetric(t, d2, "a2ad_tasks_removed_total") == 1 })
-	if out := h2.retentionCallErr("task_get", map[string]any{"task_id": ended.TaskID}); out != "task_not_found: task not found" {
+	if out := h2.retentionCallErr("task_get", map[string]any{"task_id": ended.TaskID}); out != "task_not_found: task not found: no task of that id is visible to this principal (never delegated, another tenant's, or removed after its retention)" {
 		t.Fatalf("task_get of the removed task = %q; want task_not_found", out)
 	}
 	if got := h2.mustCall("task_get", map[string]any{"task_id": open.TaskID}); got.State != open.State {

@@ -396,8 +396,10 @@ func TestBadInputGetsClearErrorAndLeavesNoTask(t *testing.T) {
 		mutate func(map[string]any)
 		want   string
 	}{
-		{"unknown agent", func(a map[string]any) { a["agent"] = "nobody" }, "agent_not_found"},
-		{"unknown skill", func(a map[string]any) { a["skill"] = "nothing" }, "skill_not_found"},
+		{"unknown agent", func(a map[string]any) { a["agent"] = "nobody" },
+			"agent_not_found: no agent of that id is visible to this principal; agents_list names the agents it may delegate to"},
+		{"unknown skill", func(a map[string]any) { a["skill"] = "nothing" },
+			`skill_not_found: agent fraud-review has no skill "nothing"; its skills are "assess_refund_risk" (agents_list lists them)`},
 		{"unknown schema", func(a map[string]any) { a["output_schema"] = "nope" }, "schema_not_found"},
 		{"evidence value of the wrong type", func(a map[string]any) {
 			a["evidence"] = map[string]any{"case_id": "C-1", "amount_cents": "a lot", "currency": "EUR"}
@@ -460,7 +462,7 @@ func TestCancelAndNotFound(t *testing.T) {
 		t.Errorf("second cancel: %q, want task_ended", errText)
 	}
 	_, errText = s.call(t, "task_get", map[string]any{"task_id": "tsk-000000000000000000000000"}, nil)
-	if errText != "task_not_found: task not found" {
+	if errText != "task_not_found: task not found: no task of that id is visible to this principal (never delegated, another tenant's, or removed after its retention)" {
 		t.Errorf("unknown task: %q", errText)
 	}
 	_, errText = s.call(t, "task_respond", map[string]any{"task_id": got.TaskID, "answer": "yes"}, nil)

@@ -124,7 +124,7 @@ func TestEndedTasksAreRemovedAfterTheirRetention(t *testing.T) {
 	waitFor(t, "the removal", func() bool {
 		return value(scrape(t, s.d.HTTPURL), "a2ad_tasks_removed_total", nil) == 1
 	})
-	if _, errText := s.call(t, "task_get", map[string]any{"task_id": first.TaskID}, nil); errText != "task_not_found: task not found" {
+	if _, errText := s.call(t, "task_get", map[string]any{"task_id": first.TaskID}, nil); errText != "task_not_found: task not found: no task of that id is visible to this principal (never delegated, another tenant's, or removed after its retention)" {
 		t.Fatalf("task_get of the removed task = %q; want task_not_found", errText)
 	}
 	if ids := s.adminTasks(t); !slices.Equal(ids, []string{openTask.TaskID}) {
