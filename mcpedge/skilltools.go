@@ -103,8 +103,12 @@ func SkillToolName(agent, skill string) string {
 }
 
 func hashedToolName(agent, skill string, digits int) string {
+	return hashedToolNameSep(agent, skill, "_", digits)
+}
+
+func hashedToolNameSep(agent, skill, sep string, digits int) string {
 	h := sha256.Sum256([]byte(agent + "\x00" + skill))
-	suffix := "_" + hex.EncodeToString(h[:])[:digits]
+	suffix := sep + hex.EncodeToString(h[:])[:digits]
 	a, s := toolNameUnsafe.ReplaceAllString(agent, "_"), toolNameUnsafe.ReplaceAllString(skill, "_")
 	if a == "" || !(a[0] == '_' || isLetter(a[0])) {
 		a = "a_" + a
@@ -115,6 +119,60 @@ func hashedToolName(agent, skill string, digits int) string {
 		a, s = a[:ha], s[:min(len(s), room-ha)]
 	}
 	return a + "__" + s + suffix
+}
+
+// pair is an (agent, skill) pair.
+type pair struct{ agent, skill string }
+
+// skillToolNames are the tool names of pairs (sorted, distinct), one each,
+// all distinct and none of a2ad's own (builtin): [SkillToolName], except
+// for the pairs whose [SkillToolName] two pairs share (sanitised ids that
+// meet) or is builtin, which take [fallbackToolName] instead. A fallback
+// name can be no [SkillToolName] (it has "__" twice, or "___"; or it ends
+// in 16 hex digits where a hashed name has "_" at the 11th character from
+// the end), so a pair's name does not depend on which other pairs exist,
+// unless two fallbacks share 16 hex digits of SHA-256 (made on purpose:
+// the cards are the agents'), in which case the later pair in order takes
+// more digits, then a counter.
+func skillToolNames(pairs []pair, builtin map[string]bool) []string {
+	names := make([]string, len(pairs))
+	count := map[string]int{}
+	for i, p := range pairs {
+		names[i] = SkillToolName(p.agent, p.skill)
+		count[names[i]]++
+	}
+	taken := map[string]bool{}
+	for i, n := range names {
+		if count[n] == 1 && !builtin[n] {
+			taken[n] = true
+		} else {
+			names[i] = ""
+		}
+	}
+	for i, p := range pairs {
+		if names[i] != "" {
+			continue
+		}
+		n := ""
+		for digits := 16; digits <= 32; digits += 4 {
+			if n = fallbackToolName(p.agent, p.skill, digits); !taken[n] && !builtin[n] {
+				break
+			}
+		}
+		for k := 2; taken[n] || builtin[n]; k++ {
+			c := fmt.Sprintf("_%d", k)
+			n = fallbackToolName(p.agent, p.skill, 32)
+			n = n[:min(len(n), maxToolNameLen-len(c))] + c
+		}
+		taken[n] = true
+		names[i] = n
+	}
+	return names
+}
+
+// fallbackToolName is [hashedToolName] with "__" before the digits.
+func fallbackToolName(agent, skill string, digits int) string {
+	return hashedToolNameSep(agent, skill, "__", digits)
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
@@ -201,7 +259,6 @@ func (st *skillTools) recompute(ctx context.Context) error {
 			tenants[t] = true
 		}
 	}
-	type pair struct{ agent, skill string }
 	visible := map[pair][]string{}
 	cards := map[pair]*agentcard.Card{}
 	warned := map[string][]agentcard.Warning{}
@@ -230,18 +287,10 @@ func (st *skillTools) recompute(ctx context.Context) error {
 	pairs := slices.SortedFunc(maps.Keys(visible), func(a, b pair) int {
 		return strings.Compare(a.agent+"\x00"+a.skill, b.agent+"\x00"+b.skill)
 	})
-	// Names two pairs would share (sanitised ids that meet), or one of
-	// a2ad's own: every pair of such a name takes a longer hash instead.
-	count := map[string]int{}
-	for _, p := range pairs {
-		count[SkillToolName(p.agent, p.skill)]++
-	}
+	names := skillToolNames(pairs, e.builtin)
 	want := map[string]*skillTool{}
-	for _, p := range pairs {
-		name := SkillToolName(p.agent, p.skill)
-		if count[name] > 1 || e.builtin[name] {
-			name = hashedToolName(p.agent, p.skill, 16)
-		}
+	for i, p := range pairs {
+		name := names[i]
 		if t := e.buildSkillTool(name, p.agent, p.skill, cards[p], warned[p.agent], visible[p]); t != nil {
 			want[name] = t
 		}

@@ -1,6 +1,8 @@
 package mcpedge
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -125,4 +127,58 @@ func TestSchemaFindings(t *testing.T) {
 	if want := `{"additionalProperties":false,"description":"limits of the work","properties":{"deadline_seconds":{"description":"seconds until a2ad cancels the task (0: the default, 600)","maximum":3600,"minimum":0,"type":"integer"}},"required":["deadline_seconds"],"type":"object"}`; string(b) != want {
 		t.Errorf("budget = %s\nwant     %s", b, want)
 	}
+}
+
+// A fallback name never meets another pair's name: skill ids chosen so
+// that the first fallback of a pair ("a.b"'s) is a third pair's plain
+// name gave 2 tools for 3 skills (red17 hostile).
+func TestSkillToolNamesSecondCollision(t *testing.T) {
+	h := func(skill string, n int) string {
+		s := sha256.Sum256([]byte("mallory\x00" + skill))
+		return hex.EncodeToString(s[:])[:n]
+	}
+	x, y, z := "a.b", "a_b_"+h("a.b", 10), "a_b_"+h("a.b", 16)
+	pairs := []pair{{"mallory", x}, {"mallory", y}, {"mallory", z}}
+	got := skillToolNames(pairs, map[string]bool{"delegate": true})
+	want := []string{
+		"mallory__a_b__" + h(x, 16),
+		"mallory__a_b_" + h(x, 10) + "__" + h(y, 16),
+		"mallory__" + z,
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("names = %q\nwant    %q", got, want)
+	}
+	// Stable: a pair's name does not depend on which other pairs exist.
+	if g := skillToolNames(pairs[:2], nil); g[0] != want[0] || g[1] != want[1] {
+		t.Errorf("without %s: %q", z, g)
+	}
+	for _, n := range got {
+		if !hostToolName.MatchString(n) {
+			t.Errorf("%q: not a name every host takes", n)
+		}
+	}
+}
+
+// Whatever the ids, every pair gets one name, all distinct, none builtin.
+func FuzzSkillToolNames(f *testing.F) {
+	f.Add("a.b", "a_b", "a-b")
+	f.Add("", "_", "__")
+	f.Fuzz(func(t *testing.T, s1, s2, s3 string) {
+		var pairs []pair
+		seen := map[string]bool{}
+		for _, s := range []string{s1, s2, s3, s1 + "_", "_" + s2} {
+			if !seen[s] {
+				seen[s] = true
+				pairs = append(pairs, pair{"mallory", s}, pair{s, "x"})
+			}
+		}
+		names := skillToolNames(pairs, map[string]bool{"mallory__x": true})
+		got := map[string]bool{}
+		for i, n := range names {
+			if got[n] || n == "mallory__x" || !hostToolName.MatchString(n) {
+				t.Fatalf("pair %v: name %q", pairs[i], n)
+			}
+			got[n] = true
+		}
+	})
 }
