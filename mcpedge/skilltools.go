@@ -185,6 +185,7 @@ type skillTools struct {
 
 	mu     sync.RWMutex
 	byName map[string]*skillTool
+	over   map[pair]bool // the pairs left without a tool by maxSkillTools
 }
 
 // coalesce is how long a burst of registry changes may last before the
@@ -261,6 +262,7 @@ func (st *skillTools) recompute(ctx context.Context) error {
 	}
 	visible := map[pair][]string{}
 	cards := map[pair]*agentcard.Card{}
+	order := map[pair]int{} // the skill's place on its card
 	warned := map[string][]agentcard.Warning{}
 	for _, t := range slices.Sorted(maps.Keys(tenants)) {
 		recs, err := e.svc.Agents.List(ctx, t)
@@ -277,10 +279,11 @@ func (st *skillTools) recompute(ctx context.Context) error {
 				continue
 			}
 			warned[r.AgentID] = w
-			for _, sk := range c.Skills {
+			for j, sk := range c.Skills {
 				p := pair{r.AgentID, sk.ID}
 				visible[p] = append(visible[p], t)
 				cards[p] = c
+				order[p] = j
 			}
 		}
 	}
@@ -288,11 +291,43 @@ func (st *skillTools) recompute(ctx context.Context) error {
 		return strings.Compare(a.agent+"\x00"+a.skill, b.agent+"\x00"+b.skill)
 	})
 	names := skillToolNames(pairs, e.builtin)
-	want := map[string]*skillTool{}
+	nameOf := map[pair]string{}
 	for i, p := range pairs {
-		name := names[i]
+		nameOf[p] = names[i]
+	}
+	// In card order, an agent's first maxSkillTools skills that have a
+	// tool get it; the others are left to delegate.
+	byCard := slices.Clone(pairs)
+	slices.SortStableFunc(byCard, func(a, b pair) int {
+		if c := strings.Compare(a.agent, b.agent); c != 0 {
+			return c
+		}
+		return order[a] - order[b]
+	})
+	want := map[string]*skillTool{}
+	perAgent := map[string]int{}
+	over := map[pair]bool{}
+	for _, p := range byCard {
+		if perAgent[p.agent] >= e.maxSkillTools {
+			if len(e.svc.OutputSchemasFor(p.agent, p.skill)) > 0 {
+				over[p] = true
+			}
+			continue
+		}
+		name := nameOf[p]
 		if t := e.buildSkillTool(name, p.agent, p.skill, cards[p], warned[p.agent], visible[p]); t != nil {
 			want[name] = t
+			perAgent[p.agent]++
+		}
+	}
+	overBy := map[string]int{}
+	for p := range over {
+		overBy[p.agent]++
+	}
+	for _, a := range slices.Sorted(maps.Keys(overBy)) {
+		if n := len(st.overOf(a)); n != overBy[a] {
+			e.log.Warn("agent has more skills than per-skill tools allowed; the others are delegable with delegate only",
+				"agent", a, "tools", perAgent[a], "skills_without_tool", overBy[a], "max_skill_tools_per_agent", e.maxSkillTools)
 		}
 	}
 	st.mu.Lock()
@@ -318,6 +353,7 @@ func (st *skillTools) recompute(ctx context.Context) error {
 		changed = true
 	}
 	st.byName = want
+	st.over = over
 	if changed {
 		e.log.Debug("per-skill tools changed", "tools", len(want), "removed", len(gone))
 	}
@@ -333,6 +369,31 @@ func (st *skillTools) lookup(name string) (*skillTool, bool) {
 	defer st.mu.RUnlock()
 	t, ok := st.byName[name]
 	return t, ok
+}
+
+// overBound says whether the agent's skill is delegable but left without a
+// tool by the bound of tools per agent.
+func (st *skillTools) overBound(agent, skill string) bool {
+	if st == nil {
+		return false
+	}
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.over[pair{agent, skill}]
+}
+
+// overOf are the agent's skills left without a tool by the bound, as last
+// computed.
+func (st *skillTools) overOf(agent string) []string {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	var out []string
+	for p := range st.over {
+		if p.agent == agent {
+			out = append(out, p.skill)
+		}
+	}
+	return out
 }
 
 // forSkill is the per-skill tool of an agent's skill that tenant may use,
