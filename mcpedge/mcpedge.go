@@ -182,7 +182,8 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 	}
 	e.refreshSchemaResources()
 	e.skills = e.startSkillTools(s, opts.Stopping)
-	s.AddReceivingMiddleware(refuseUndeclared(caps), secondInitialize, e.skillToolFilter, scopeFilter(e.principalOf, e.toolScope),
+	s.AddSendingMiddleware(e.toolsNotifyFilter)
+	s.AddReceivingMiddleware(e.toolsNotifyTracker, refuseUndeclared(caps), secondInitialize, e.skillToolFilter, scopeFilter(e.principalOf, e.toolScope),
 		e.resourceGate, checkToolArguments(e.lim))
 	e.addTaskMethods(s)
 	if opts.Tracer != nil {

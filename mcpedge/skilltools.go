@@ -40,8 +40,8 @@ import (
 // (approval, quarantine, removal, liveness: agentcard.Registry.Subscribe)
 // and when the host schemas are reloaded (artifact.Catalog.Subscribe);
 // changes in one burst are coalesced, an unchanged set changes nothing,
-// and the go-sdk sends notifications/tools/list_changed to every session
-// for each change. tools/list shows a principal only the pairs its tenant
+// and notifications/tools/list_changed goes to the sessions whose
+// tenant's tools changed ([Edge.toolsNotifyFilter]). tools/list shows a principal only the pairs its tenant
 // may use, with scope a2a:delegate; a call of any other pair is answered
 // as an unknown tool is.
 
@@ -186,6 +186,17 @@ type skillTools struct {
 	mu     sync.RWMutex
 	byName map[string]*skillTool
 	over   map[pair]bool // the pairs left without a tool by maxSkillTools
+
+	// notifications/tools/list_changed reaches only the sessions whose
+	// tenant's per-skill tools changed since the session last listed or
+	// heard of them: gen counts the changes of each tenant's tools (sig:
+	// their names and signatures, as last computed), and each session has
+	// its tenant (from its requests' principal) and the gen it knows.
+	nmu     sync.Mutex
+	gen     map[string]uint64
+	sig     map[string]string
+	sessTen map[*mcp.ServerSession]string
+	sessGen map[*mcp.ServerSession]uint64
 }
 
 // coalesce is how long a burst of registry changes may last before the
@@ -330,6 +341,7 @@ func (st *skillTools) recompute(ctx context.Context) error {
 				"agent", a, "tools", perAgent[a], "skills_without_tool", overBy[a], "max_skill_tools_per_agent", e.maxSkillTools)
 		}
 	}
+	st.bumpTenants(want)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var gone []string
@@ -369,6 +381,104 @@ func (st *skillTools) lookup(name string) (*skillTool, bool) {
 	defer st.mu.RUnlock()
 	t, ok := st.byName[name]
 	return t, ok
+}
+
+// bumpTenants counts a change for every tenant whose tools in want differ
+// from the last computed, before the go-sdk learns of them (it sends
+// list_changed 10 ms after the last change), and forgets closed sessions.
+func (st *skillTools) bumpTenants(want map[string]*skillTool) {
+	sigs := map[string]string{}
+	for _, n := range slices.Sorted(maps.Keys(want)) {
+		for _, t := range want[n].tenants {
+			sigs[t] += want[n].sig + "\x01"
+		}
+	}
+	open := map[*mcp.ServerSession]bool{}
+	for ss := range st.s.Sessions() {
+		open[ss] = true
+	}
+	st.nmu.Lock()
+	defer st.nmu.Unlock()
+	if st.gen == nil {
+		st.gen, st.sig = map[string]uint64{}, map[string]string{}
+		st.sessTen, st.sessGen = map[*mcp.ServerSession]string{}, map[*mcp.ServerSession]uint64{}
+	}
+	for t := range st.sig {
+		if _, ok := sigs[t]; !ok {
+			sigs[t] = ""
+		}
+	}
+	for t, sg := range sigs {
+		if st.sig[t] != sg {
+			st.gen[t]++
+			st.sig[t] = sg
+		}
+	}
+	for ss := range st.sessTen {
+		if !open[ss] {
+			delete(st.sessTen, ss)
+			delete(st.sessGen, ss)
+		}
+	}
+}
+
+// sessionSeen notes the tenant of a session's request; listed, that the
+// session now knows its tenant's tools.
+func (st *skillTools) sessionSeen(ss *mcp.ServerSession, tenant string, listed bool) {
+	st.nmu.Lock()
+	defer st.nmu.Unlock()
+	if st.gen == nil {
+		st.gen, st.sig = map[string]uint64{}, map[string]string{}
+		st.sessTen, st.sessGen = map[*mcp.ServerSession]string{}, map[*mcp.ServerSession]uint64{}
+	}
+	_, known := st.sessTen[ss]
+	st.sessTen[ss] = tenant
+	if listed || !known {
+		st.sessGen[ss] = st.gen[tenant]
+	}
+}
+
+// notifyFor says whether a tools/list_changed is news to the session: its
+// tenant's tools changed since it last listed or heard (a session a2ad has
+// seen no request of is told).
+func (st *skillTools) notifyFor(ss *mcp.ServerSession) bool {
+	st.nmu.Lock()
+	defer st.nmu.Unlock()
+	t, ok := st.sessTen[ss]
+	if !ok {
+		return true
+	}
+	if st.sessGen[ss] >= st.gen[t] {
+		return false
+	}
+	st.sessGen[ss] = st.gen[t]
+	return true
+}
+
+// toolsNotifyTracker is receiving middleware: it notes each session's
+// tenant, and when it lists its tools.
+func (e *Edge) toolsNotifyTracker(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && e.skills != nil {
+			e.skills.sessionSeen(ss, e.principalOf(req.GetExtra()).Tenant, method == "tools/list")
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// toolsNotifyFilter is sending middleware: notifications/tools/list_changed
+// goes only to the sessions whose tenant's per-skill tools changed (the
+// only tools that change after start), so one tenant's agent flapping
+// neither makes another tenant's hosts re-list nor tells them of it.
+func (e *Edge) toolsNotifyFilter(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "notifications/tools/list_changed" && e.skills != nil {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && !e.skills.notifyFor(ss) {
+				return nil, nil
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // overBound says whether the agent's skill is delegable but left without a

@@ -120,12 +120,18 @@ func waitForTool(t *testing.T, cs *mcp.ClientSession, name string) {
 // the list_changed notifications it hears into tools and resources.
 func (s *skillStack) connect(t *testing.T, era, scopes string, tools, resources *atomic.Int32) *mcp.ClientSession {
 	t.Helper()
+	return s.connectTenant(t, "default", era, scopes, tools, resources)
+}
+
+// connectTenant is connect with a token of tenant.
+func (s *skillStack) connectTenant(t *testing.T, tenant, era, scopes string, tools, resources *atomic.Int32) *mcp.ClientSession {
+	t.Helper()
 	opts := &mcp.ClientOptions{}
 	if tools != nil {
 		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { tools.Add(1) }
 		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { resources.Add(1) }
 	}
-	token, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "test-host", "default", scopes, time.Hour)
+	token, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "test-host", tenant, scopes, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,5 +595,37 @@ func TestSkillToolsPerAgentBound(t *testing.T) {
 	}
 	if got := asMap(t, res.StructuredContent); got["state"] != "completed" || got["skill"] != "third" {
 		t.Errorf("delegate = %v", got)
+	}
+}
+
+// notifications/tools/list_changed goes only to the sessions whose
+// tenant's per-skill tools changed: a quarantine of tenant default's agent
+// tells default's session, not acme's (red17 hostile: every session heard
+// of every tenant's agents flapping).
+func TestSkillToolListChangedStaysInTenant(t *testing.T) {
+	s := startSkills(t)
+	ctx := context.Background()
+	var acme atomic.Int32
+	as := s.connectTenant(t, "acme", "2025-11-25", "a2a:read a2a:delegate", &acme, nil)
+	if slices.Contains(toolNames(t, as), skillTool) {
+		t.Fatalf("acme lists %s", skillTool)
+	}
+	time.Sleep(300 * time.Millisecond)
+	base, acmeBase := s.toolsChg.Load(), acme.Load()
+	rec, err := s.d.Service.Agents.Quarantine(ctx, "fraud-review", "test: card under review")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "default's tools/list_changed after the quarantine", func() bool { return s.toolsChg.Load() > base })
+	if _, err := s.d.Service.Agents.Approve(ctx, "fraud-review", rec.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "default's tools/list_changed after the approval", func() bool { return s.toolsChg.Load() > base+1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := acme.Load() - acmeBase; n != 0 {
+		t.Errorf("acme's session heard %d tools/list_changed for tenant default's tools, want 0", n)
+	}
+	if n := s.toolsChg.Load() - base; n != 2 {
+		t.Errorf("default's session heard %d tools/list_changed, want 2 (quarantine, approval)", n)
 	}
 }
