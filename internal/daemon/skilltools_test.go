@@ -629,3 +629,12 @@ func TestSkillToolListChangedStaysInTenant(t *testing.T) {
 		t.Errorf("default's session heard %d tools/list_changed, want 2 (quarantine, approval)", n)
 	}
 }
+
+// A negative bound of per-skill tools is a configuration error.
+func TestMaxSkillToolsPerAgentNegative(t *testing.T) {
+	_, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), MaxSkillToolsPerAgent: -1},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if want := "config: max_skill_tools_per_agent -1: want 0 (the default, 16) or more"; err == nil || err.Error() != want {
+		t.Errorf("Start: %v; want %q", err, want)
+	}
+}
