@@ -44,6 +44,8 @@ type Edge struct {
 	// retention is how long ended tasks are kept (the Tasks extension's
 	// ttlMs); 0: task.DefaultRetention.
 	retention time.Duration
+	// maxSkillTools is Options.MaxSkillToolsPerAgent, defaulted.
+	maxSkillTools int
 
 	server  *mcp.Server
 	lim     schemaLimits
@@ -78,7 +80,17 @@ type Options struct {
 	// is removed (retention.ended_tasks; 0: task.DefaultRetention), for the
 	// ttlMs of the MCP Tasks extension (tasks.go).
 	TaskRetention time.Duration
+	// MaxSkillToolsPerAgent bounds the per-skill tools of one agent
+	// (max_skill_tools_per_agent; 0: [DefaultMaxSkillToolsPerAgent]): the
+	// skills of a card beyond, in card order, get no tool (a warning in the
+	// log, a tool_note in agents_list) and stay delegable with delegate.
+	MaxSkillToolsPerAgent int
 }
+
+// DefaultMaxSkillToolsPerAgent is [Options.MaxSkillToolsPerAgent]'s
+// default: a tool costs a host's tools/list some 13 KB (its input and
+// output schemas), so 16 keep one agent's under about 200 KB.
+const DefaultMaxSkillToolsPerAgent = 16
 
 // principalOf is the caller of a request: the verified token's subject,
 // tenant and scopes on HTTP (ProtectMCP), the configured principal on
@@ -99,6 +111,9 @@ func (e *Edge) principal(req *mcp.CallToolRequest) broker.Principal { return e.p
 // NewServer returns an MCP server with a2ad's tools.
 func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server {
 	e := &Edge{svc: svc, log: log, stdio: opts.Stdio, stateKey: opts.RequestStateKey, stopping: opts.Stopping, retention: opts.TaskRetention}
+	if e.maxSkillTools = opts.MaxSkillToolsPerAgent; e.maxSkillTools <= 0 {
+		e.maxSkillTools = DefaultMaxSkillToolsPerAgent
+	}
 	if svc != nil {
 		e.lim.MaxDeadlineSeconds = svc.Limits.WithDefaults().MaxDeadlineSeconds
 	}
@@ -167,7 +182,8 @@ func NewServer(svc *broker.Service, log *slog.Logger, opts Options) *mcp.Server 
 	}
 	e.refreshSchemaResources()
 	e.skills = e.startSkillTools(s, opts.Stopping)
-	s.AddReceivingMiddleware(refuseUndeclared(caps), secondInitialize, e.skillToolFilter, scopeFilter(e.principalOf, e.toolScope),
+	s.AddSendingMiddleware(e.toolsNotifyFilter)
+	s.AddReceivingMiddleware(e.toolsNotifyTracker, refuseUndeclared(caps), secondInitialize, e.skillToolFilter, scopeFilter(e.principalOf, e.toolScope),
 		e.resourceGate, checkToolArguments(e.lim))
 	e.addTaskMethods(s)
 	if opts.Tracer != nil {
@@ -312,6 +328,7 @@ type SkillView struct {
 	EvidenceSchema *SchemaRef `json:"evidence_schema,omitempty" jsonschema:"the host schema delegate's evidence must satisfy for this skill (none: any JSON object)"`
 	OutputSchemas  []string   `json:"output_schemas" jsonschema:"the host schemas delegate's output_schema may name for this skill"`
 	Tool           string     `json:"tool,omitempty" jsonschema:"the per-skill tool that delegates to this skill, when this principal may use it now"`
+	ToolNote       string     `json:"tool_note,omitempty" jsonschema:"why this skill has no per-skill tool, when a2ad's bound of tools per agent left it without one"`
 }
 
 // SchemaRef names a host schema and its resource.
@@ -355,6 +372,9 @@ func (e *Edge) agentsList(ctx context.Context, req *mcp.CallToolRequest, _ Agent
 				}
 				if r.Delegable && slices.Contains(p.Scopes, ScopeDelegate) {
 					sv.Tool = e.skills.forSkill(p.Tenant, r.AgentID, sk.ID)
+					if sv.Tool == "" && e.skills.overBound(r.AgentID, sk.ID) {
+						sv.ToolNote = fmt.Sprintf("no per-skill tool: the agent has more than %d skills with one (max_skill_tools_per_agent); delegate to this skill with delegate", e.maxSkillTools)
+					}
 				}
 				v.Skills = append(v.Skills, sv)
 			}

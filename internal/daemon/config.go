@@ -104,6 +104,11 @@ type Config struct {
 	Principals map[string]PrincipalConfig `yaml:"principals"`
 	// MaxDeadlineSeconds is the longest budget a host may ask for (default 86400).
 	MaxDeadlineSeconds int `yaml:"max_deadline_seconds"`
+	// MaxSkillToolsPerAgent bounds the per-skill MCP tools of one agent:
+	// a card's skills beyond, in card order, get no tool (a warning in the
+	// log, a tool_note in agents_list) and stay delegable with delegate.
+	// 0: mcpedge.DefaultMaxSkillToolsPerAgent (16).
+	MaxSkillToolsPerAgent int `yaml:"max_skill_tools_per_agent"`
 	// Auth configures the verification of hosts' bearer tokens on HTTP
 	// (every HTTP caller needs one). Empty: the development key in DataDir.
 	Auth mcpedge.AuthConfig `yaml:"auth"`
@@ -280,6 +285,9 @@ func (l AgentLimits) Check(prefix string) error {
 // settings a2ad cannot run with: every fault, joined with errors.Join.
 func (c Config) checkLimits() error {
 	var errs []error
+	if c.MaxSkillToolsPerAgent < 0 {
+		errs = append(errs, fmt.Errorf("config: max_skill_tools_per_agent %d: want 0 (the default, %d) or more", c.MaxSkillToolsPerAgent, mcpedge.DefaultMaxSkillToolsPerAgent))
+	}
 	if c.Storage.ReserveBytes < 0 {
 		errs = append(errs, fmt.Errorf("config: storage.reserve_bytes %d: want 0 (the default) or more", c.Storage.ReserveBytes))
 	}

@@ -459,7 +459,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 	}
 	stopping := make(chan struct{})
 	d.MCP = mcpedge.NewServer(d.Service, log, mcpedge.Options{Stdio: stdioPrincipal, RequestStateKey: stateKey, Tracer: d.tracer.Tracer(),
-		Stopping: stopping, ConformanceTools: cfg.ConformanceTools, TaskRetention: time.Duration(cfg.Retention.EndedTasks)})
+		Stopping: stopping, ConformanceTools: cfg.ConformanceTools, TaskRetention: time.Duration(cfg.Retention.EndedTasks),
+		MaxSkillToolsPerAgent: cfg.MaxSkillToolsPerAgent})
 	if serveHTTP {
 		natsConns := 0 // the embedded server's clients hold files of this process too
 		if d.ns != nil {

@@ -42,6 +42,13 @@ type skillStack struct {
 
 func startSkills(t *testing.T) *skillStack {
 	t.Helper()
+	return startSkillsWith(t, nil, a2ad.FraudReviewCard())
+}
+
+// startSkillsWith is startSkills with the configuration changed by mut and
+// the agent presenting card.
+func startSkillsWith(t *testing.T, mut func(*daemon.Config), card []byte) *skillStack {
+	t.Helper()
 	ns, _, _ := natstest.Start(t)
 	var logTo io.Writer = io.Discard
 	if os.Getenv("A2AD_TEST_LOG") != "" {
@@ -59,14 +66,18 @@ func startSkills(t *testing.T) *skillStack {
 			t.Fatal(err)
 		}
 	}
-	d, err := daemon.Start(ctx, daemon.Config{
+	cfg := daemon.Config{
 		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0", DataDir: s.dataDir, SchemasDir: s.schemasDir,
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true},
 			EvidenceSchemas: map[string]string{"assess_refund_risk": "refund_evidence"},
 			OutputSchemas:   map[string][]string{"assess_refund_risk": {"risk_assessment"}},
 		}},
-	}, log, true)
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	d, err := daemon.Start(ctx, cfg, log, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +92,7 @@ func startSkills(t *testing.T) *skillStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: a2ad.FraudReviewCard(), Logger: log, Credential: cred})
+	agent, err := refagent.New(nc, refagent.Config{AgentID: "fraud-review", Card: card, Logger: log, Credential: cred})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +120,18 @@ func waitForTool(t *testing.T, cs *mcp.ClientSession, name string) {
 // the list_changed notifications it hears into tools and resources.
 func (s *skillStack) connect(t *testing.T, era, scopes string, tools, resources *atomic.Int32) *mcp.ClientSession {
 	t.Helper()
+	return s.connectTenant(t, "default", era, scopes, tools, resources)
+}
+
+// connectTenant is connect with a token of tenant.
+func (s *skillStack) connectTenant(t *testing.T, tenant, era, scopes string, tools, resources *atomic.Int32) *mcp.ClientSession {
+	t.Helper()
 	opts := &mcp.ClientOptions{}
 	if tools != nil {
 		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { tools.Add(1) }
 		opts.ResourceListChangedHandler = func(context.Context, *mcp.ResourceListChangedRequest) { resources.Add(1) }
 	}
-	token, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "test-host", "default", scopes, time.Hour)
+	token, err := mcpedge.MintDevToken(s.dataDir, s.d.Auth.Audience(), "test-host", tenant, scopes, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,4 +537,104 @@ func ownTools(tools []*mcp.Tool) int {
 		}
 	}
 	return n
+}
+
+// max_skill_tools_per_agent bounds one agent's per-skill tools: its
+// card's skills beyond, in card order, get none, agents_list says why,
+// and delegate still reaches them (red17 hostile: 64 skills on one card
+// made tools/list some 860 KB for every host of the tenant).
+func TestSkillToolsPerAgentBound(t *testing.T) {
+	var c map[string]any
+	if err := json.Unmarshal(a2ad.FraudReviewCard(), &c); err != nil {
+		t.Fatal(err)
+	}
+	skills := c["skills"].([]any)
+	for _, id := range []string{"second", "third"} {
+		sk := map[string]any{}
+		for k, v := range skills[0].(map[string]any) {
+			sk[k] = v
+		}
+		sk["id"] = id
+		skills = append(skills, sk)
+	}
+	c["skills"] = skills
+	s := startSkillsWith(t, func(cfg *daemon.Config) { cfg.MaxSkillToolsPerAgent = 2 }, mustJSONBytes(t, c))
+	waitForTool(t, s.session, "fraud-review__second")
+	var own []string
+	for _, n := range toolNames(t, s.session) {
+		if strings.Contains(n, "__") {
+			own = append(own, n)
+		}
+	}
+	slices.Sort(own)
+	if strings.Join(own, " ") != "fraud-review__assess_refund_risk fraud-review__second" {
+		t.Errorf("per-skill tools = %v", own)
+	}
+	res, err := s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "agents_list", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatal(err, res)
+	}
+	var out mcpedge.AgentsListOutput
+	if err := json.Unmarshal(mustJSONBytes(t, res.StructuredContent), &out); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sk := range out.Agents[0].Skills {
+		got = append(got, sk.ID+"|"+sk.Tool+"|"+sk.ToolNote)
+	}
+	want := []string{"assess_refund_risk|fraud-review__assess_refund_risk|", "second|fraud-review__second|",
+		"third||no per-skill tool: the agent has more than 2 skills with one (max_skill_tools_per_agent); delegate to this skill with delegate"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("skills =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	res, err = s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: map[string]any{
+		"agent": "fraud-review", "skill": "third", "objective": "Assess the fraud risk of this refund.",
+		"evidence": evidence("C-78", 1999), "output_schema": "risk_assessment", "wait_seconds": 10}})
+	if err != nil || res.IsError {
+		t.Fatalf("delegate to the skill without a tool: %v %+v", err, res)
+	}
+	if got := asMap(t, res.StructuredContent); got["state"] != "completed" || got["skill"] != "third" {
+		t.Errorf("delegate = %v", got)
+	}
+}
+
+// notifications/tools/list_changed goes only to the sessions whose
+// tenant's per-skill tools changed: a quarantine of tenant default's agent
+// tells default's session, not acme's (red17 hostile: every session heard
+// of every tenant's agents flapping).
+func TestSkillToolListChangedStaysInTenant(t *testing.T) {
+	s := startSkills(t)
+	ctx := context.Background()
+	var acme atomic.Int32
+	as := s.connectTenant(t, "acme", "2025-11-25", "a2a:read a2a:delegate", &acme, nil)
+	if slices.Contains(toolNames(t, as), skillTool) {
+		t.Fatalf("acme lists %s", skillTool)
+	}
+	time.Sleep(300 * time.Millisecond)
+	base, acmeBase := s.toolsChg.Load(), acme.Load()
+	rec, err := s.d.Service.Agents.Quarantine(ctx, "fraud-review", "test: card under review")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "default's tools/list_changed after the quarantine", func() bool { return s.toolsChg.Load() > base })
+	if _, err := s.d.Service.Agents.Approve(ctx, "fraud-review", rec.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "default's tools/list_changed after the approval", func() bool { return s.toolsChg.Load() > base+1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := acme.Load() - acmeBase; n != 0 {
+		t.Errorf("acme's session heard %d tools/list_changed for tenant default's tools, want 0", n)
+	}
+	if n := s.toolsChg.Load() - base; n != 2 {
+		t.Errorf("default's session heard %d tools/list_changed, want 2 (quarantine, approval)", n)
+	}
+}
+
+// A negative bound of per-skill tools is a configuration error.
+func TestMaxSkillToolsPerAgentNegative(t *testing.T) {
+	_, err := daemon.Start(context.Background(), daemon.Config{DataDir: t.TempDir(), MaxSkillToolsPerAgent: -1},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	if want := "config: max_skill_tools_per_agent -1: want 0 (the default, 16) or more"; err == nil || err.Error() != want {
+		t.Errorf("Start: %v; want %q", err, want)
+	}
 }
