@@ -166,3 +166,22 @@ func TestOldGoSDKHostWrongFormAnswer(t *testing.T) {
 		t.Errorf("result echoes the value: %s", b)
 	}
 }
+
+// A question that follows another in the same call (authorization, then
+// the review question) is not put to a 2025-11-25 host as raw input
+// requests on the go-sdk's single retry: the host gets the task.
+func TestOldHostSecondInputRequestReturnsTheTask(t *testing.T) {
+	p := startIDPWith(t, map[string]string{"C-9106": refagent.ModeAuthRequired})
+	h := connectOldHost(t, p, []map[string]any{{"done": true}}, false)
+	res, err := h.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "delegate", Arguments: delegateArgs(evidence("C-9106", 125000))})
+	if err != nil || res.IsError || res.RequestState != "" || res.InputRequests != nil {
+		t.Fatalf("delegate: %v %+v, want the task", err, res)
+	}
+	out := res.StructuredContent.(map[string]any)
+	if out["state"] != "input-required" || !strings.Contains(out["question"].(string), "Case C-9106") {
+		t.Fatalf("result %+v, want the task input-required with its question", out)
+	}
+	if b, _ := json.Marshal(res); strings.Contains(string(b), "inputRequests") || strings.Contains(string(b), "requestState") {
+		t.Errorf("result carries input requests: %s", b)
+	}
+}
