@@ -202,7 +202,7 @@ func questionRequest(r *task.Record, refused []artifact.Violation) *mcp.ElicitPa
 	}
 	// The agent's text is data for the user, quoted.
 	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
-		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
+		Message: fmt.Sprintf("Agent %q"+askedAbout+"%s: %q", r.AgentID, r.ID, r.Question)}
 	if form := questionForm(r); form != nil {
 		// The agent's form, as a2ad re-encoded it: its titles and
 		// descriptions are agent text, flagged like the question.
@@ -352,6 +352,10 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 // carries the refusal (refusedMetaKey), and resume returns the task with
 // answer_refused, for the model to answer with task_respond.
 
+// askedAbout is in the message of every question of a2ad's (and in no
+// other elicitation a2ad makes: the conformance tools' are left alone).
+const askedAbout = " asks about task "
+
 // maxElicitAsks is how many times one question is put to the user in one
 // call before the task is returned instead.
 const maxElicitAsks = 3
@@ -364,9 +368,14 @@ const hostRefused = "host_error"
 
 func elicitGuard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		params, ok := req.GetParams().(*mcp.ElicitParams)
-		if method != "elicitation/create" || !ok || params == nil {
+		// ServerSession.Elicit sends a *ServerRequest[Params].
+		sr, ok := req.(*mcp.ServerRequest[mcp.Params])
+		if method != "elicitation/create" || !ok {
 			return next(ctx, method, req)
+		}
+		params, ok := sr.Params.(*mcp.ElicitParams)
+		if !ok || params == nil || !strings.Contains(params.Message, askedAbout) {
+			return next(ctx, method, req) // not one of a2ad's questions
 		}
 		check := elicitCheck(params.RequestedSchema)
 		if check == nil {
@@ -389,10 +398,11 @@ func elicitGuard(next mcp.MethodHandler) mcp.MethodHandler {
 			if refused = check(er.Content); len(refused) == 0 {
 				return res, nil
 			}
-			// Ask again: the same request, its message naming why. The
-			// params are the SDK's copy of a2ad's input request, built
-			// afresh for each call.
-			params.Message = refusalText(refused) + " Answer again. " + orig
+			// Ask again: the same request, its message naming why (a
+			// copy: the params are not ours to change).
+			again := *params
+			again.Message = refusalText(refused) + " Answer again. " + orig
+			req = &mcp.ServerRequest[mcp.Params]{Session: sr.Session, Params: &again, Extra: sr.Extra}
 		}
 		var b strings.Builder
 		for _, v := range refused {
