@@ -21,7 +21,6 @@ type oldHost struct {
 	msgs []string
 }
 
-//
 // Like hosts other than the go-sdk's, it does not check the content
 // against the requestedSchema itself (a receiving middleware answers the
 // elicitation before the go-sdk client's own check); with sdkCheck it does.
