@@ -383,7 +383,22 @@ func (f *QuestionForm) Warnings(prefix string) []Warning {
 // else its [Violation]s: pointers into answer that name only f's
 // properties, and keywords (type, required, enum, minimum, maxLength,
 // format, additionalProperties, …), never a value.
+//
+// An answer with a member given twice is refused (keyword "duplicate"):
+// Go keeps the last value, other readers the first, so what was checked
+// would not be what every agent reads. The pointer is the member's when
+// the name is one of f's properties, else the object's.
 func (f *QuestionForm) Check(answer json.RawMessage) []Violation {
+	if json.Valid(answer) {
+		if ptr, dup := duplicateMember(answer); dup {
+			if name, ok := duplicateRootName(answer); ok && ptr == "" {
+				if _, known := f.Properties[name]; known {
+					ptr = "/" + escapeToken(name)
+				}
+			}
+			return []Violation{{Pointer: ptr, Keyword: "duplicate"}}
+		}
+	}
 	doc := map[string]any{"type": "object", "properties": f.Properties, "additionalProperties": false}
 	if len(f.Required) > 0 {
 		doc["required"] = f.Required
@@ -402,4 +417,47 @@ func (f *QuestionForm) Check(answer json.RawMessage) []Violation {
 	}
 	s := &Schema{compiled: compiled, names: names}
 	return s.Validate(answer)
+}
+
+// duplicateRootName is the first name given twice among the members of
+// the JSON object answer (valid JSON), if any.
+func duplicateRootName(answer json.RawMessage) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(answer))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// EncodeAnswer is a2ad's own encoding of an answer that [QuestionForm.Check]
+// accepted: the value Go decoded and checked (numbers as written), never
+// the host's bytes.
+func EncodeAnswer(answer json.RawMessage) (json.RawMessage, error) {
+	v, err := decodeUseNumber(answer)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

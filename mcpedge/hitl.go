@@ -122,6 +122,20 @@ func canAsk(req *mcp.CallToolRequest) bool {
 	return caps != nil && caps.Elicitation != nil
 }
 
+// speaksInputRequests reports whether the caller's protocol revision
+// carries input requests in results (2026-07-28 and later; as the go-sdk
+// decides it: a session without initialize is the latest).
+func speaksInputRequests(req *mcp.CallToolRequest) bool {
+	ss := req.Session
+	if ss == nil {
+		return true
+	}
+	if ip := ss.InitializeParams(); ip != nil {
+		return ip.ProtocolVersion >= "2026-07-28"
+	}
+	return true
+}
+
 // askResult turns an input-required task into an input request for a host
 // that can ask its user; ok is false when the host cannot, or the task is
 // not waiting for an answer. progress is the last progress value the call
@@ -150,6 +164,12 @@ func questionForm(r *task.Record) *artifact.QuestionForm {
 func (e *Edge) ask(req *mcp.CallToolRequest, p broker.Principal, r *task.Record, progress int, refused []artifact.Violation) (*mcp.CallToolResult, bool) {
 	if !r.State.Interrupted() || len(e.stateKey) == 0 || !canAsk(req) || !slices.Contains(p.Scopes, ScopeDelegate) {
 		return nil, false // answering needs a2a:delegate, as task_respond does
+	}
+	if req.Params.RequestState != "" && !speaksInputRequests(req) {
+		// The go-sdk performs a pre-2026-07-28 host's input request once
+		// and re-invokes the handler once: input requests in this result
+		// would reach the host raw. It gets the task instead.
+		return nil, false
 	}
 	c := stateClaims{Task: r.ID, Tenant: p.Tenant, Subject: p.Subject, Turn: r.Turns, Exp: time.Now().Add(RequestStateTTL).Unix(), Progress: progress, Tool: req.Params.Name}
 	if r.State == task.AuthRequired {
@@ -182,7 +202,7 @@ func questionRequest(r *task.Record, refused []artifact.Violation) *mcp.ElicitPa
 	}
 	// The agent's text is data for the user, quoted.
 	ask := &mcp.ElicitParams{Mode: "form", RequestedSchema: answerSchema,
-		Message: fmt.Sprintf("Agent %q asks about task %s: %q", r.AgentID, r.ID, r.Question)}
+		Message: fmt.Sprintf("Agent %q"+askedAbout+"%s: %q", r.AgentID, r.ID, r.Question)}
 	if form := questionForm(r); form != nil {
 		// The agent's form, as a2ad re-encoded it: its titles and
 		// descriptions are agent text, flagged like the question.
@@ -273,6 +293,13 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 			resp = nil // accepted without an answer: ask again
 		}
 	}
+	if resp != nil && resp.Action == "decline" && c.Kind != "auth" {
+		if note, ok := refusedNote(resp, form); ok {
+			o := view(r, false)
+			o.AnswerRefused = note
+			return nil, o, nil
+		}
+	}
 	if resp == nil {
 		still := r.Turns == c.Turn && (c.Kind == "auth") == (r.State == task.AuthRequired)
 		if res, ok := e.ask(req, p, r, c.Progress, refused); ok && still {
@@ -313,4 +340,177 @@ func (e *Edge) resume(ctx context.Context, req *mcp.CallToolRequest, p broker.Pr
 		return nil, TaskOutput{}, e.toolError(err)
 	}
 	return e.waitUntil(ctx, req, p, r, waitFor(wait), c.Progress, nil)
+}
+
+// Elicitation for hosts before 2026-07-28. The go-sdk performs an input
+// request as elicitation/create, checks the content against the
+// requestedSchema with its own validator (an error in its words, the
+// user's value in it, code 0) and re-invokes the tool once. elicitGuard,
+// a sending middleware, checks a2ad's questions first, with a2ad's form
+// check, and puts the question again, naming pointers and keywords, up to
+// maxElicitAsks times; then the elicitation reports a decline that
+// carries the refusal (refusedMetaKey), and resume returns the task with
+// answer_refused, for the model to answer with task_respond.
+
+// askedAbout is in the message of every question of a2ad's (and in no
+// other elicitation a2ad makes: the conformance tools' are left alone).
+const askedAbout = " asks about task "
+
+// maxElicitAsks is how many times one question is put to the user in one
+// call before the task is returned instead.
+const maxElicitAsks = 3
+
+// refusedMetaKey is the _meta member of a decline elicitGuard makes.
+const refusedMetaKey = "a2ad/answer_refused"
+
+// hostRefused is its value when the host's elicitation failed.
+const hostRefused = "host_error"
+
+func elicitGuard(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		// ServerSession.Elicit sends a *ServerRequest[Params].
+		sr, ok := req.(*mcp.ServerRequest[mcp.Params])
+		if method != "elicitation/create" || !ok {
+			return next(ctx, method, req)
+		}
+		params, ok := sr.Params.(*mcp.ElicitParams)
+		if !ok || params == nil || !strings.Contains(params.Message, askedAbout) {
+			return next(ctx, method, req) // not one of a2ad's questions
+		}
+		check := elicitCheck(params.RequestedSchema)
+		if check == nil {
+			return next(ctx, method, req)
+		}
+		orig := params.Message
+		var refused []artifact.Violation
+		for range maxElicitAsks {
+			res, err := next(ctx, method, req)
+			if err != nil && ctx.Err() == nil {
+				// The host's client refused (a go-sdk client checks the
+				// content against the schema itself, and its error quotes
+				// the user's value): the task is returned, in a2ad's words.
+				return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{refusedMetaKey: hostRefused}}, nil
+			}
+			er, ok := res.(*mcp.ElicitResult)
+			if err != nil || !ok || er == nil || er.Action != "accept" {
+				return res, err
+			}
+			if refused = check(er.Content); len(refused) == 0 {
+				return res, nil
+			}
+			// Ask again: the same request, its message naming why (a
+			// copy: the params are not ours to change).
+			again := *params
+			again.Message = refusalText(refused) + " Answer again. " + orig
+			req = &mcp.ServerRequest[mcp.Params]{Session: sr.Session, Params: &again, Extra: sr.Extra}
+		}
+		var b strings.Builder
+		for _, v := range refused {
+			fmt.Fprintf(&b, "%s|%s;", v.Pointer, v.Keyword)
+		}
+		return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{refusedMetaKey: b.String()}}, nil
+	}
+}
+
+// elicitCheck is a2ad's check of the content of an answer to the
+// requested schema of one of a2ad's questions: the free-text form (a
+// non-blank answer) or an agent's form; nil for other elicitations.
+func elicitCheck(schema any) func(map[string]any) []artifact.Violation {
+	raw, ok := schema.(json.RawMessage)
+	if !ok {
+		return nil
+	}
+	if string(raw) == string(answerSchema) {
+		return func(content map[string]any) []artifact.Violation {
+			if a, ok := content[AnswerInput].(string); !ok || strings.TrimSpace(a) == "" {
+				return []artifact.Violation{{Pointer: "/" + AnswerInput, Keyword: "blank"}}
+			}
+			return nil
+		}
+	}
+	if string(raw) == string(authSchema) {
+		return nil
+	}
+	form, err := artifact.ParseQuestionForm(raw)
+	if err != nil || string(form.Encode()) != string(raw) {
+		return nil
+	}
+	return func(content map[string]any) []artifact.Violation {
+		if content == nil {
+			content = map[string]any{}
+		}
+		b, err := json.Marshal(content)
+		if err != nil {
+			return []artifact.Violation{{Pointer: "", Keyword: "json"}}
+		}
+		return form.Check(b)
+	}
+}
+
+// refusalText names violations (pointers and keywords, never values).
+func refusalText(vs []artifact.Violation) string {
+	if len(vs) == 1 && vs[0].Keyword == "blank" {
+		return "The answer given was blank: a non-blank answer is required."
+	}
+	var b strings.Builder
+	for _, v := range vs {
+		fmt.Fprintf(&b, " %s (%s);", v.Pointer, v.Keyword)
+	}
+	return "The answer given did not satisfy the agent's form:" + strings.TrimSuffix(b.String(), ";") + "."
+}
+
+// refusedNote is the answer_refused text of a decline elicitGuard made:
+// only pointers to the question's own members (or the root) and plain
+// keywords are named, so nothing a host put in _meta is echoed.
+func refusedNote(resp *mcp.ElicitResult, form *artifact.QuestionForm) (string, bool) {
+	s, ok := resp.Meta[refusedMetaKey].(string)
+	if !ok {
+		return "", false
+	}
+	if s == hostRefused {
+		return "The host's elicitation of the answer failed (its client reported an error, e.g. an answer that did not satisfy the form); " +
+			"the task still waits for an answer: answer with task_respond (answer_data for a question_schema).", true
+	}
+	var vs []artifact.Violation
+	for _, item := range strings.Split(strings.TrimSuffix(s, ";"), ";") {
+		ptr, kw, ok := strings.Cut(item, "|")
+		if !ok || !plainWord(kw) || !knownPointer(ptr, form) {
+			return "", false
+		}
+		vs = append(vs, artifact.Violation{Pointer: ptr, Keyword: kw})
+	}
+	if len(vs) == 0 {
+		return "", false
+	}
+	return fmt.Sprintf("%s The user was asked %d times; the task still waits for an answer: answer with task_respond (answer_data for a question_schema).",
+		refusalText(vs), maxElicitAsks), true
+}
+
+func plainWord(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// knownPointer: the root, "/answer" for a free-text question, or one of
+// form's properties.
+func knownPointer(ptr string, form *artifact.QuestionForm) bool {
+	if ptr == "" {
+		return true
+	}
+	if form == nil {
+		return ptr == "/"+AnswerInput
+	}
+	for name := range form.Properties {
+		if ptr == "/"+strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1") {
+			return true
+		}
+	}
+	return false
 }

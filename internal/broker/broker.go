@@ -528,8 +528,9 @@ func checkAnswer(a Answer) error {
 
 // answerParts are the parts of the message that carries answer a to the
 // question of r: its text; or, for data, checked against r's form, a
-// text part with the data as compact JSON (for agents that read only
-// text) and a data part (application/json) with the data, as given.
+// text part with the data as JSON (for agents that read only text) and a
+// data part (application/json) with the data, both a2ad's encoding of the
+// value it checked (artifact.EncodeAnswer).
 // A mismatch of answer and question is a *brief.Error, data that does not
 // satisfy the form an *AnswerError.
 func answerParts(r *task.Record, a Answer) ([]a2a.Part, error) {
@@ -549,11 +550,12 @@ func answerParts(r *task.Record, a Answer) ([]a2a.Part, error) {
 	if vs := f.Check(a.Data); len(vs) > 0 {
 		return nil, &AnswerError{Violations: vs}
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, a.Data); err != nil {
+	// a2ad's encoding of the value it checked, not the host's bytes.
+	data, err := artifact.EncodeAnswer(a.Data)
+	if err != nil {
 		return nil, &brief.Error{Field: "/answer_data", Reason: "must be a JSON object"}
 	}
-	return []a2a.Part{a2a.TextPart(compact.String()), a2a.DataPart(compact.Bytes())}, nil
+	return []a2a.Part{a2a.TextPart(string(data)), a2a.DataPart(data)}, nil
 }
 
 // RespondAnswer answers an interrupted task's question: the task resumes

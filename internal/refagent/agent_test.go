@@ -797,3 +797,40 @@ func TestNewChecksConfig(t *testing.T) {
 		})
 	}
 }
+
+// The form modes ask whatever the amount: evidence without
+// manual_review_above_cents (once a nil dereference that killed the agent)
+// or below it gets a question that does not claim the amount is above a
+// threshold.
+func TestFormModesWithoutThreshold(t *testing.T) {
+	mis, err := ParseMisbehave([]string{"structured-question:C-50,unformable-question:C-51"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDaemon(t, mis, true)
+	tests := []struct {
+		name, evidence, want string
+	}{
+		{"structured, no threshold", `{"case_id":"C-50","amount_cents":1200,"currency":"EUR"}`,
+			"Case C-50: approve the refund of 1200 cents? Say whether a human reviewer verified the customer's identity (approve), with an optional note."},
+		{"unformable, no threshold", `{"case_id":"C-51","amount_cents":1200,"currency":"EUR"}`,
+			"Case C-51: a human review of the refund of 1200 cents is requested. Has a human reviewer verified the customer's identity? Answer yes or no."},
+		{"unformable, below threshold", `{"case_id":"C-51","amount_cents":1200,"currency":"EUR","manual_review_above_cents":50000}`,
+			"Case C-51: a human review of the refund of 1200 cents is requested. Has a human reviewer verified the customer's identity? Answer yes or no."},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tid := fmt.Sprintf("t-form-%d", i)
+			w := d.watch(tid)
+			d.delegate(tid, tc.evidence)
+			evs := w.next(2)
+			if got, want := states(evs), []string{"TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"}; !slices.Equal(got, want) {
+				t.Fatalf("events = %v, want %v", got, want)
+			}
+			msg := evs[1].item.StatusUpdate.Status.Message
+			if msg == nil || len(msg.Parts) != 2 || msg.Text() != tc.want {
+				t.Fatalf("input-required message = %+v, want text %q and a form", msg, tc.want)
+			}
+		})
+	}
+}

@@ -172,8 +172,15 @@ func (ev evidence) needsReview() bool {
 	return ev.ManualReviewAboveCents != nil && *ev.AmountCents > *ev.ManualReviewAboveCents
 }
 
-// question is the text of the input-required status message.
+// question is the text of the input-required status message. It names the
+// threshold only when the amount is above it: the form modes ask whatever
+// the amount, and the evidence need not carry a threshold at all.
 func (ev evidence) question() string {
+	if !ev.needsReview() {
+		return fmt.Sprintf("Case %s: a human review of the refund of %d cents is requested. "+
+			"Has a human reviewer verified the customer's identity? Answer yes or no.",
+			ev.CaseID, *ev.AmountCents)
+	}
 	return fmt.Sprintf("Case %s: the refund of %d cents is above the manual review threshold of %d cents. "+
 		"Has a human reviewer verified the customer's identity? Answer yes or no.",
 		ev.CaseID, *ev.AmountCents, *ev.ManualReviewAboveCents)

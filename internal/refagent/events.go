@@ -80,13 +80,16 @@ func (a *Agent) run(t *task) {
 	}
 	var verified *bool
 	if t.ev.needsReview() || asksForm(t.mode) {
-		msg := t.agentMessage(t.ev.question())
+		var msg *a2a.Message
 		switch t.mode {
 		case ModeStructuredQuestion:
 			msg = t.agentMessage(t.ev.formQuestion())
 			msg.Parts = append(msg.Parts, a2a.Part{Data: json.RawMessage(ApprovalForm), MediaType: "application/schema+json"})
 		case ModeUnformableQuestion:
+			msg = t.agentMessage(t.ev.question())
 			msg.Parts = append(msg.Parts, a2a.Part{Data: json.RawMessage(NestedForm), MediaType: "application/schema+json"})
+		default:
+			msg = t.agentMessage(t.ev.question())
 		}
 		st, ok := a.advance(t, a2a.TaskStateInputRequired, msg)
 		if !ok || !ev.status(st) {
