@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,22 +13,15 @@ import (
 // absent.
 func retentionMetric(t *testing.T, d *daemonProc, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(d.HTTP + "/metrics")
+	line := metricLine(t, d, name)
+	if line == "" {
+		return -1
+	}
+	f, err := strconv.ParseFloat(strings.TrimPrefix(line, name+" "), 64)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %q", name, line)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %q", name, line)
-			}
-			return f
-		}
-	}
-	return -1
+	return f
 }
 
 // As an operator runs it: `a2ad serve` with retention.ended_tasks in its
