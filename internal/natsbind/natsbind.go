@@ -31,6 +31,11 @@ const (
 	HeaderA2AVersion  = "A2A-Version"
 	HeaderMsgID       = nats.MsgIdHdr // "Nats-Msg-Id": deduplicates event redelivery
 	HeaderTraceparent = "traceparent"
+	// HeaderReplica, on an agent's reply to a SendMessage, names the
+	// replica that holds the task (one NATS token): a2ad sends the task's
+	// later requests (the answer, CancelTask) to [ReplicaSubject] first
+	// (docs/nats-binding.md §5.8).
+	HeaderReplica = "A2ad-Replica"
 )
 
 // RegisterSubject is where agents send their card registration.
@@ -49,6 +54,13 @@ var ErrBadSubject = errors.New("natsbind: invalid subject token")
 
 // RPCSubject returns a2a.agent.<agentId>.rpc.
 func RPCSubject(agentID string) string { return "a2a.agent." + agentID + ".rpc" }
+
+// ReplicaSubject returns a2a.agent.<agentId>.rpc.<replicaId>: the subject
+// one replica of an agent serves alone (no queue group), beside the shared
+// [RPCSubject] (docs/nats-binding.md §5.8).
+func ReplicaSubject(agentID, replicaID string) string {
+	return "a2a.agent." + agentID + ".rpc." + replicaID
+}
 
 // AgentSubjects returns the wildcard an agent subscribes under,
 // a2a.agent.<agentId>.>.

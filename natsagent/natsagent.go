@@ -1,0 +1,143 @@
+// Package natsagent serves an A2A agent built with the official Go SDK,
+// github.com/a2aproject/a2a-go/v2 (v2.4.0), over a2ad's A2A-over-NATS
+// binding, urn:a2ad:binding:nats:v1 (docs/nats-binding.md).
+//
+// An agent author writes an a2asrv.AgentExecutor, builds a request handler
+// with a2asrv.NewHandler, and hands it to a [Server]: the same handler a2asrv
+// serves over HTTP with a2asrv.NewJSONRPCHandler. The Server does what the
+// binding asks of an agent so that the author does not:
+//
+//   - it subscribes to a2a.agent.<agentId>.rpc in a queue group (replicas
+//     share requests) and to its replica's own subject
+//     a2a.agent.<agentId>.rpc.<replicaId> (docs/nats-binding.md §5.8);
+//   - it registers the card on a2a.registry.register with the agent
+//     credential, retrying until a2ad answers, and again after every
+//     reconnection (§9);
+//   - it answers SendMessage at once with the task, and publishes every
+//     later event of the task to the events subject a2ad named, as a
+//     JetStream publish with Nats-Msg-Id <a2adTaskId>.<seq>, retrying each
+//     until the stream acknowledges it (§6);
+//   - it recognises a redelivered messageId and answers it with the task's
+//     current state without running the executor again (§5.4);
+//   - it answers GetTask, CancelTask and a2ad's liveness probe (§5.5-5.7);
+//   - it marks its replies to SendMessage with its replica id, so a2ad sends
+//     a task's answer and CancelTask to the replica that holds it (§5.8);
+//   - [Server.Shutdown] stops taking requests, lets running tasks publish
+//     what they have, and abandons the rest when its context ends.
+package natsagent
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/nats-io/nats.go"
+)
+
+// Config configures a [Server].
+type Config struct {
+	// AgentID is the agent's id on the binding: one NATS token of 1-128
+	// bytes of [A-Za-z0-9_-], the sub of its credential. Required.
+	AgentID string
+	// Card is the agent's card (A2A 1.0 §4.4.1) as JSON, sent byte for
+	// byte in the registration: a2ad fingerprints the bytes it receives.
+	// Required; a JSON object. `a2ad agents check-card FILE` checks it
+	// offline as a2ad would.
+	Card json.RawMessage
+	// Credential is the agent credential a2ad minted for AgentID (`a2ad
+	// agents credential ID`), sent with every registration as
+	// Authorization: Bearer. Empty: the registration carries none and a2ad
+	// refuses it (code unauthenticated); the Server serves regardless.
+	Credential string
+	// QueueGroup is the queue group of the shared RPC subscription, so
+	// that replicas of one agent share its requests. Default: AgentID.
+	QueueGroup string
+	// ReplicaID names this replica: one NATS token. Default: 16 random
+	// hex digits, new at every start.
+	ReplicaID string
+	// MaxLiveTasks bounds the tasks whose events the Server is still
+	// publishing (executions running). A SendMessage that would start one
+	// more is refused with JSON-RPC -32603 and a message saying so.
+	// Default 10,000.
+	MaxLiveTasks int
+	// RememberMessages bounds the messageIds remembered for deduplication
+	// and the tasks remembered for routing (oldest first). Default 100,000.
+	RememberMessages int
+	// Logger receives the Server's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// ConnectOptions are the NATS options an agent connection needs (A2A over
+// NATS §10): the credential as the CONNECT token, the inbox prefix its
+// permissions allow (_INBOX_<agentId>), and reconnection forever.
+func ConnectOptions(agentID, credential string) []nats.Option {
+	panic("natsagent: not implemented yet")
+}
+
+// Server serves one request handler as one replica of an agent. Build it
+// with [NewServer]; it is safe for concurrent use.
+type Server struct {
+	_ struct{}
+}
+
+// NewServer returns a Server for handler on nc. It checks cfg (AgentID a
+// valid token, Card a JSON object, ReplicaID a valid token when set).
+func NewServer(nc *nats.Conn, handler a2asrv.RequestHandler, cfg Config) (*Server, error) {
+	panic("natsagent: not implemented yet")
+}
+
+// Start subscribes and starts registering the card in the background. When
+// the connection is up it returns once the server has the subscriptions.
+// The Server runs until [Server.Shutdown], or until ctx is done (then it
+// shuts down as Shutdown with an already-ended context does).
+func (s *Server) Start(ctx context.Context) error {
+	panic("natsagent: not implemented yet")
+}
+
+// Shutdown drains: it unsubscribes (requests sent afterwards get no
+// responders, or reach another replica), answers the requests already
+// received, lets running tasks go on publishing their events until ctx is
+// done, then cancels them and returns ctx's error if any were cut short.
+// It does not close the connection. Idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	panic("natsagent: not implemented yet")
+}
+
+// ReplicaID is this replica's id ([Config.ReplicaID] or the one made).
+func (s *Server) ReplicaID() string { panic("natsagent: not implemented yet") }
+
+// Registration is the outcome of the last registration a2ad answered.
+type Registration struct {
+	// Status is approved, pending or quarantined; "" when a2ad refused
+	// the registration or has not answered yet.
+	Status string
+	// Fingerprint is the card's fingerprint as a2ad computed it
+	// ("sha256:…").
+	Fingerprint string
+	// Code and Error say why a2ad refused it (docs/nats-binding.md §9:
+	// unauthenticated, forbidden, revoked, invalid, rate_limited).
+	Code, Error string
+}
+
+// Registration returns the last registration outcome.
+func (s *Server) Registration() Registration { panic("natsagent: not implemented yet") }
+
+// Stats counts what the Server did since it started.
+type Stats struct {
+	// Tasks counts SendMessage requests that started a task.
+	Tasks int
+	// Redeliveries counts SendMessage requests whose messageId was already
+	// taken: answered with the task's state, the executor not run again.
+	Redeliveries int
+	// Cancels counts CancelTask requests for a task the Server holds.
+	Cancels int
+	// EventsPublished counts events the stream acknowledged;
+	// PublishRetries the attempts that were not acknowledged and retried.
+	EventsPublished, PublishRetries int
+	// Registrations counts registrations a2ad answered.
+	Registrations int
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats { panic("natsagent: not implemented yet") }
