@@ -268,6 +268,18 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		if at != nil {
 			_, _, _ = applyReply(view, o, at, replica, time.Now().UTC())
 		}
+		if replica != "" && !r.HTTP() {
+			// The replica that holds the agent's task is recorded before
+			// the host has the task: an answer or cancel the host sends
+			// once it has it goes to that replica (docs/nats-binding.md
+			// §5.8), not to any replica of the queue group.
+			got, err := s.settle(bg, r.ID, o, res, replica)
+			if err != nil || got == nil {
+				s.Log.Warn("delivered brief not recorded; it will be redelivered", "task", r.ID, "err", err)
+				return view, nil
+			}
+			return got, nil
+		}
 		f := follow
 		follow = nil // the settle stops it
 		s.background(func() {
