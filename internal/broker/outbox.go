@@ -605,7 +605,7 @@ func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task
 		}
 		// Only what applyReply looks at is decoded.
 		var cur struct {
-			State       task.State     `json:"state"`
+			State        task.State     `json:"state"`
 			AgentTaskID  string         `json:"agent_task_id"`
 			AgentReplica string         `json:"agent_replica"`
 			ContextID    string         `json:"context_id"`
