@@ -66,12 +66,17 @@ type Artifact struct {
 // Pending holds artifact content not yet validated; it is never shown to a
 // host, and rejected content is dropped from the record.
 type Record struct {
-	ID           string `json:"task_id"`
-	Tenant       string `json:"tenant"`
-	Subject      string `json:"subject"`
-	AgentID      string `json:"agent_id"`
-	Skill        string `json:"skill"`
-	AgentTaskID  string `json:"agent_task_id,omitempty"`
+	ID          string `json:"task_id"`
+	Tenant      string `json:"tenant"`
+	Subject     string `json:"subject"`
+	AgentID     string `json:"agent_id"`
+	Skill       string `json:"skill"`
+	AgentTaskID string `json:"agent_task_id,omitempty"`
+	// AgentReplica names the replica of the agent that holds its task (one
+	// NATS token), from the A2ad-Replica header of the SendMessage reply
+	// that created it; "" when the agent sent none. The task's later
+	// requests go to that replica first (docs/nats-binding.md §5.8).
+	AgentReplica string `json:"agent_replica,omitempty"`
 	ContextID    string `json:"context_id,omitempty"`
 	BriefDigest  string `json:"brief_digest"`
 	OutputSchema string `json:"output_schema"`

@@ -29,6 +29,19 @@ type Binding interface {
 	Send(ctx context.Context, agentID, method string, params json.RawMessage, traceparent string) (json.RawMessage, error)
 }
 
+// Router is implemented by a Binding that can address one replica of an
+// agent (natsbind.Client; docs/nats-binding.md §5.8): a task's later
+// requests go to the replica that holds it. A Binding without it gets
+// every request through Send.
+type Router interface {
+	// SendTo is Send to replica (one NATS token, or "" for any replica):
+	// when replica is gone, the request goes to any replica at once. It
+	// also returns the replica the reply names (its A2ad-Replica header,
+	// "" when absent); badReplica reports a header whose value is not a
+	// valid token, which is dropped. Errors are Send's.
+	SendTo(ctx context.Context, agentID, replica, method string, params json.RawMessage, traceparent string) (res json.RawMessage, replyReplica string, badReplica bool, err error)
+}
+
 // Reconciler is implemented by a Binding whose agents do not deduplicate
 // messageId (standard A2A agents over HTTP): before a SendMessage whose
 // earlier attempt has an unknown outcome is sent again, the broker asks the

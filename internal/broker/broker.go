@@ -124,7 +124,13 @@ type Service struct {
 	legacyIdempotent atomic.Bool    // the store holds a task of an earlier version with an idempotency key
 	logs             lograte.Gate   // bounds the log lines about one agent's deliveries
 	bg               sync.WaitGroup // background settles
+	badReplicas      atomic.Uint64  // replies naming their replica with an invalid token
 }
+
+// BadReplicaHeaders is how many SendMessage replies named their replica
+// (header A2ad-Replica, docs/nats-binding.md §5.8) with a value that is not
+// one NATS token; each was ignored.
+func (s *Service) BadReplicaHeaders() uint64 { return s.badReplicas.Load() }
 
 // Track is the task store's change callback ([task.NewStore]): it keeps the
 // schedule of deadlines and outbox deliveries. It may be called before

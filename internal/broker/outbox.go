@@ -164,6 +164,7 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		return s.failDelivery(ctx, r, o, "the task's binding "+strconv.Quote(r.Binding)+" is not served by this a2ad")
 	}
 	var res json.RawMessage
+	var replica string // the replica the agent's reply names
 	var err error
 	sent := true
 	if rc, ok := b.(Reconciler); ok && o.Method == a2a.MethodSendMessage && (o.Reconcile || o.CancelOnReply) {
@@ -227,7 +228,7 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		}
 	}
 	if sent {
-		res, err = s.send(ctx, b, r, o, timeout, brief)
+		res, replica, err = s.send(ctx, b, r, o, timeout, brief)
 	}
 	if err == nil && o.Method == a2a.MethodSendMessage {
 		_, err = decodeTaskReply(res)
@@ -265,7 +266,19 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 		view := r.Clone()
 		at, _ := decodeTaskReply(res)
 		if at != nil {
-			_, _, _ = applyReply(view, o, at, time.Now().UTC())
+			_, _, _ = applyReply(view, o, at, replica, time.Now().UTC())
+		}
+		if replica != "" && !r.HTTP() {
+			// The replica that holds the agent's task is recorded before
+			// the host has the task: an answer or cancel the host sends
+			// once it has it goes to that replica (docs/nats-binding.md
+			// §5.8), not to any replica of the queue group.
+			got, err := s.settle(bg, r.ID, o, res, replica)
+			if err != nil || got == nil {
+				s.Log.Warn("delivered brief not recorded; it will be redelivered", "task", r.ID, "err", err)
+				return view, nil
+			}
+			return got, nil
 		}
 		f := follow
 		follow = nil // the settle stops it
@@ -273,16 +286,16 @@ func (s *Service) deliverAttempt(ctx context.Context, r *task.Record, first bool
 			defer f.Stop()
 			// An HTTP agent's events come from a2ad's follower, which
 			// starts once the agent's task id is recorded: settle now.
-			if !r.HTTP() && s.settledByEvent(f, o, at) {
+			if !r.HTTP() && s.settledByEvent(f, o, at, replica) {
 				return
 			}
-			if _, err := s.settle(bg, r.ID, o, res); err != nil {
+			if _, err := s.settle(bg, r.ID, o, res, replica); err != nil {
 				s.Log.Warn("delivered brief not recorded; it will be redelivered", "task", r.ID, "err", err)
 			}
 		})
 		return view, nil
 	case out == delivered:
-		return s.settle(bg, r.ID, o, res)
+		return s.settle(bg, r.ID, o, res, replica)
 	case first && o.MessageID == messageID(r, 1) && (out == refused || out == offline):
 		// Nothing reached the agent, or it refused the brief: no task remains
 		// (unless it changed meanwhile, say a host canceled it: then it stays).
@@ -392,7 +405,12 @@ const offlinePause = 100 * time.Millisecond
 // run of a2ad (with its embedded NATS) reconnects about a second after a
 // restart, and a brief that reached nobody may be sent again. An agent
 // known to be offline gets one attempt.
-func (s *Service) send(ctx context.Context, b Binding, r *task.Record, o task.Outbound, timeout time.Duration, waitOffline bool) (json.RawMessage, error) {
+//
+// A Router binding sends to the replica that holds r's task
+// (r.AgentReplica), and the replica a SendMessage reply names is returned
+// (a header that is not a valid token is dropped, counted and logged at
+// debug).
+func (s *Service) send(ctx context.Context, b Binding, r *task.Record, o task.Outbound, timeout time.Duration, waitOffline bool) (json.RawMessage, string, error) {
 	start := time.Now()
 	waitOffline = waitOffline && s.Agents != nil && s.Agents.Liveness(r.AgentID).Reachability != agentcard.ReachabilityOffline
 	for {
@@ -402,14 +420,29 @@ func (s *Service) send(ctx context.Context, b Binding, r *task.Record, o task.Ou
 			dl = minTime(dl, o.NotBefore.Add(-offlinePause))
 		}
 		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
-		res, err := b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
+		var res json.RawMessage
+		var replica string
+		var err error
+		if rt, ok := b.(Router); ok {
+			var bad bool
+			res, replica, bad, err = rt.SendTo(cctx, r.AgentID, r.AgentReplica, o.Method, json.RawMessage(o.Params), r.TraceParent)
+			if bad {
+				s.badReplicas.Add(1)
+				s.Log.Debug("the agent's reply names its replica with an invalid token; ignored, its task's requests go to any replica", "task", r.ID, "agent", r.AgentID, "header", natsbind.HeaderReplica)
+			}
+		} else {
+			res, err = b.Send(cctx, r.AgentID, o.Method, json.RawMessage(o.Params), r.TraceParent)
+		}
 		cancel()
 		out := classify(err)
 		again := waitOffline && out == offline && ctx.Err() == nil &&
 			time.Since(start)+offlinePause < agentcard.UnreachedGrace && time.Until(dl) > sendTimeout/2
 		if !again {
 			s.observe(r.AgentID, out, err, start)
-			return res, err
+			if o.Method != a2a.MethodSendMessage {
+				replica = "" // only a SendMessage reply names the task's holder
+			}
+			return res, replica, err
 		}
 		select {
 		case <-ctx.Done():
@@ -551,7 +584,7 @@ const briefSettleGrace = 250 * time.Millisecond
 // the agent's reply at: true then, or when the task was removed. False when
 // the grace ends, the scheduler stops or the task ended meanwhile (a
 // cancel may owe the agent a CancelTask): settle then.
-func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task) bool {
+func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task, replica string) bool {
 	t := time.NewTimer(briefSettleGrace)
 	defer t.Stop()
 	stopping := s.scheduler().stopping
@@ -572,15 +605,16 @@ func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task
 		}
 		// Only what applyReply looks at is decoded.
 		var cur struct {
-			State       task.State     `json:"state"`
-			AgentTaskID string         `json:"agent_task_id"`
-			ContextID   string         `json:"context_id"`
-			Outbox      *task.Outbound `json:"outbox"`
+			State        task.State     `json:"state"`
+			AgentTaskID  string         `json:"agent_task_id"`
+			AgentReplica string         `json:"agent_replica"`
+			ContextID    string         `json:"context_id"`
+			Outbox       *task.Outbound `json:"outbox"`
 		}
 		if json.Unmarshal(val, &cur) != nil {
 			return false
 		}
-		if !replyChanges(cur.State, cur.AgentTaskID, cur.ContextID, cur.Outbox, o, at) {
+		if !replyChanges(cur.State, cur.AgentTaskID, cur.AgentReplica, cur.ContextID, cur.Outbox, o, at, replica) {
 			return true
 		}
 		if cur.State.Terminal() {
@@ -590,10 +624,10 @@ func (s *Service) settledByEvent(f *task.Follower, o task.Outbound, at *a2a.Task
 }
 
 // replyChanges reports whether applyReply would change a record in state,
-// with the agent's ids and the outbox given, for the delivered outbox o and
-// the agent's reply at.
-func replyChanges(state task.State, agentTaskID, contextID string, outbox *task.Outbound, o task.Outbound, at *a2a.Task) bool {
-	if sameOutbox(outbox, o) {
+// with the agent's ids, replica and the outbox given, for the delivered
+// outbox o and the agent's reply at naming replica.
+func replyChanges(state task.State, agentTaskID, agentReplica, contextID string, outbox *task.Outbound, o task.Outbound, at *a2a.Task, replica string) bool {
+	if sameOutbox(outbox, o) || (agentReplica == "" && replica != "" && at != nil) {
 		return true
 	}
 	if at == nil {
@@ -609,7 +643,7 @@ func replyChanges(state task.State, agentTaskID, contextID string, outbox *task.
 // later events, so it only moves a task that is still submitted. A brief
 // that arrived after the task was canceled, before the agent's task id was
 // known, gets its CancelTask now.
-func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []byte) (*task.Record, error) {
+func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []byte, replica string) (*task.Record, error) {
 	var at *a2a.Task
 	if o.Method == a2a.MethodSendMessage {
 		at, _ = decodeTaskReply(res)
@@ -618,7 +652,7 @@ func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []
 	got, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
 		var changed bool
 		var err error
-		changed, cancelNow, err = applyReply(r, o, at, time.Now().UTC())
+		changed, cancelNow, err = applyReply(r, o, at, replica, time.Now().UTC())
 		if err == nil && !changed {
 			return errSkip
 		}
@@ -632,12 +666,17 @@ func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []
 }
 
 // applyReply applies a delivered outbox o, and the agent's Task from a
-// SendMessage reply (at, may be nil), to r. It reports whether r changed,
-// and whether r now owes the agent a CancelTask (a task canceled before the
-// agent's task id was known).
-func applyReply(r *task.Record, o task.Outbound, at *a2a.Task, now time.Time) (changed, owesCancel bool, err error) {
+// SendMessage reply (at, may be nil) and the replica it names (replica, ""
+// for none), to r. It reports whether r changed, and whether r now owes the
+// agent a CancelTask (a task canceled before the agent's task id was
+// known). The replica is recorded once: the first reply that names one
+// names the replica that holds the agent's task (docs/nats-binding.md §5.8).
+func applyReply(r *task.Record, o task.Outbound, at *a2a.Task, replica string, now time.Time) (changed, owesCancel bool, err error) {
 	if sameOutbox(r.Outbox, o) {
 		r.Outbox, changed = nil, true
+	}
+	if at != nil && r.AgentReplica == "" && replica != "" {
+		r.AgentReplica, changed = replica, true
 	}
 	if at != nil {
 		if r.AgentTaskID == "" && at.ID != "" {

@@ -25,22 +25,30 @@ func TestReplyChangesAgreesWithApplyReply(t *testing.T) {
 		for _, ids := range [][2]string{{"", ""}, {"a1", ""}, {"a1", "c1"}} {
 			for _, outbox := range []*task.Outbound{nil, &brief, &other} {
 				for _, at := range replies {
-					r := &task.Record{ID: "tsk-1", State: state, AgentTaskID: ids[0], ContextID: ids[1], Outbox: outbox}
-					// Through the record's JSON, as the store's watcher has it.
-					raw, err := json.Marshal(r)
-					if err != nil {
-						t.Fatal(err)
+					for _, reps := range [][2]string{{"", ""}, {"", "r1"}, {"r1", ""}, {"r1", "r2"}} {
+						r := &task.Record{ID: "tsk-1", State: state, AgentTaskID: ids[0], AgentReplica: reps[0], ContextID: ids[1], Outbox: outbox}
+						// Through the record's JSON, as the store's watcher has it.
+						raw, err := json.Marshal(r)
+						if err != nil {
+							t.Fatal(err)
+						}
+						var cur task.Record
+						if err := json.Unmarshal(raw, &cur); err != nil {
+							t.Fatal(err)
+						}
+						want, _, _ := applyReply(&cur, brief, at, reps[1], time.Now().UTC())
+						got := replyChanges(state, ids[0], reps[0], ids[1], outbox, brief, at, reps[1])
+						if got != want {
+							t.Errorf("%s ids %v replicas %v outbox %v reply %v: replyChanges %v, applyReply changed %v", state, ids, reps, outbox, at, got, want)
+						}
+						if want && at != nil && reps[0] == "" && cur.AgentReplica != reps[1] {
+							t.Errorf("replica recorded %q, want %q", cur.AgentReplica, reps[1])
+						}
+						if reps[0] != "" && cur.AgentReplica != reps[0] {
+							t.Errorf("recorded replica %q changed to %q: it is set once", reps[0], cur.AgentReplica)
+						}
+						n++
 					}
-					var cur task.Record
-					if err := json.Unmarshal(raw, &cur); err != nil {
-						t.Fatal(err)
-					}
-					want, _, _ := applyReply(&cur, brief, at, time.Now().UTC())
-					got := replyChanges(state, ids[0], ids[1], outbox, brief, at)
-					if got != want {
-						t.Errorf("%s ids %v outbox %v reply %v: replyChanges %v, applyReply changed %v", state, ids, outbox, at, got, want)
-					}
-					n++
 				}
 			}
 		}

@@ -136,8 +136,9 @@ const (
 // Client calls agents over the binding. Its zero value is not usable; build
 // one with NewClient.
 type Client struct {
-	nc  *nats.Conn
-	seq atomic.Uint64
+	nc        *nats.Conn
+	seq       atomic.Uint64
+	fallbacks atomic.Uint64
 }
 
 // NewClient returns a Client over an established connection.
@@ -148,16 +149,29 @@ func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 // *a2a.RPCError when the agent answered with an error, errors wrapping
 // a2a.ErrDecode for a malformed reply.
 func (c *Client) Call(ctx context.Context, agentID, method string, params any, hdr nats.Header) ([]byte, error) {
+	res, _, err := c.call(ctx, agentID, "", method, params, hdr)
+	return res, err
+}
+
+// call is [Client.Call] to replica (or, when replica is "", the shared
+// subject), returning the reply's [HeaderReplica] as the agent sent it
+// (unchecked). A replica that is gone (no responders on its subject) is
+// asked on the shared subject at once, within the same ctx.
+func (c *Client) call(ctx context.Context, agentID, replica, method string, params any, hdr nats.Header) ([]byte, string, error) {
 	id := fmt.Sprintf("%d", c.seq.Add(1))
 	req, err := a2a.NewRequest(id, method, params)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	msg := nats.NewMsg(RPCSubject(agentID))
+	subject := RPCSubject(agentID)
+	if replica != "" {
+		subject = ReplicaSubject(agentID, replica)
+	}
+	msg := nats.NewMsg(subject)
 	msg.Data = body
 	for k, v := range hdr {
 		msg.Header[k] = v
@@ -169,22 +183,32 @@ func (c *Client) Call(ctx context.Context, agentID, method string, params any, h
 		defer cancel()
 	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil && replica != "" && errors.Is(err, nats.ErrNoResponders) {
+		// The replica is gone: any replica may answer for it now (§5.8).
+		c.fallbacks.Add(1)
+		msg.Subject = RPCSubject(agentID)
+		reply, err = c.nc.RequestMsgWithContext(ctx, msg)
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("%w (%s)", ErrAgentOffline, agentID)
+			return nil, "", fmt.Errorf("%w (%s)", ErrAgentOffline, agentID)
 		}
-		return nil, err
+		return nil, "", err
 	}
 	resp, err := a2a.DecodeResponse(reply.Data)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if resp.ID != id {
 		// The agent's id is not quoted: it is agent text.
-		return nil, fmt.Errorf("%w: the response's id is not the request's (%q)", a2a.ErrDecode, id)
+		return nil, "", fmt.Errorf("%w: the response's id is not the request's (%q)", a2a.ErrDecode, id)
 	}
-	return resp.Result, nil
+	return resp.Result, reply.Header.Get(HeaderReplica), nil
 }
+
+// Fallbacks is how many requests this Client sent to a replica's subject
+// that found no responder there and went to the shared subject instead.
+func (c *Client) Fallbacks() uint64 { return c.fallbacks.Load() }
 
 // Send is [Client.Call] as the broker's binding interface has it
 // (broker.Binding): params already encoded, the W3C traceparent (or "")
@@ -195,6 +219,33 @@ func (c *Client) Send(ctx context.Context, agentID, method string, params json.R
 		hdr = nats.Header{HeaderTraceparent: []string{traceparent}}
 	}
 	return c.Call(ctx, agentID, method, params, hdr)
+}
+
+// SendTo is [Client.Send] to one replica of the agent (broker.Router,
+// docs/nats-binding.md §5.8): to [ReplicaSubject](agentID, replica) when
+// replica is not "" — and, when nobody is subscribed there (NATS no
+// responders: the replica is gone), at once to the shared [RPCSubject] —
+// else to the shared subject. It also returns the reply's [HeaderReplica]
+// when it is a valid token ([ValidToken]), "" when absent; an invalid
+// value is dropped and reported by badReplica = true. Errors are
+// [Client.Send]'s; [ErrAgentOffline] only when the shared subject has no
+// responder either.
+func (c *Client) SendTo(ctx context.Context, agentID, replica, method string, params json.RawMessage, traceparent string) (res json.RawMessage, replyReplica string, badReplica bool, err error) {
+	var hdr nats.Header
+	if traceparent != "" {
+		hdr = nats.Header{HeaderTraceparent: []string{traceparent}}
+	}
+	if replica != "" && !ValidToken(replica) {
+		replica = "" // never a subject built of an invalid token
+	}
+	res, rep, err := c.call(ctx, agentID, replica, method, params, hdr)
+	if err != nil {
+		return nil, "", false, err
+	}
+	if rep != "" && !ValidToken(rep) {
+		return res, "", true, nil
+	}
+	return res, rep, false, nil
 }
 
 // ProbeTaskID is the task id a2ad's liveness probe asks for: GetTask of

@@ -2,10 +2,12 @@ package natsbind
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 
 	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/nats-io/nats.go"
 )
 
 func TestSubjects(t *testing.T) {
@@ -36,5 +38,71 @@ func TestCallToAbsentAgentIsOffline(t *testing.T) {
 	_, err := NewClient(nc).Call(context.Background(), "nobody", "GetTask", map[string]string{"id": "x"}, nil)
 	if !errors.Is(err, ErrAgentOffline) {
 		t.Fatalf("err = %v, want ErrAgentOffline", err)
+	}
+}
+
+// SendTo reaches the named replica alone; with that replica gone it asks
+// the shared subject at once; a reply's A2ad-Replica is returned when it
+// is one token and dropped (badReplica) otherwise.
+func TestSendToRoutesToTheReplicaAndFallsBack(t *testing.T) {
+	_, nc, _ := natstest.Start(t)
+	serve := func(subject, queue, name, header string) *nats.Subscription {
+		t.Helper()
+		h := func(m *nats.Msg) {
+			var req struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(m.Data, &req)
+			out := nats.NewMsg(m.Reply)
+			out.Data = []byte(`{"jsonrpc":"2.0","id":"` + req.ID + `","result":{"served_by":"` + name + `"}}`)
+			out.Header.Set(HeaderReplica, header)
+			_ = m.RespondMsg(out)
+		}
+		var s *nats.Subscription
+		var err error
+		if queue != "" {
+			s, err = nc.QueueSubscribe(subject, queue, h)
+		} else {
+			s, err = nc.Subscribe(subject, h)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	shared := serve(RPCSubject("fr"), "fr", "shared", "r2")
+	own := serve(ReplicaSubject("fr", "r1"), "", "r1", "r1")
+	bad := serve(ReplicaSubject("fr", "r3"), "", "r3", "a.b")
+	_ = nc.Flush()
+	defer shared.Unsubscribe()
+	defer bad.Unsubscribe()
+	c := NewClient(nc)
+	ctx := context.Background()
+	res, rep, isBad, err := c.SendTo(ctx, "fr", "r1", "CancelTask", json.RawMessage(`{"id":"x"}`), "")
+	if err != nil || string(res) != `{"served_by":"r1"}` || rep != "r1" || isBad || c.Fallbacks() != 0 {
+		t.Fatalf("to r1: %s %q %v %v fallbacks %d", res, rep, isBad, err, c.Fallbacks())
+	}
+	if err := own.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	res, rep, _, err = c.SendTo(ctx, "fr", "r1", "CancelTask", json.RawMessage(`{"id":"x"}`), "")
+	if err != nil || string(res) != `{"served_by":"shared"}` || rep != "r2" || c.Fallbacks() != 1 {
+		t.Fatalf("r1 gone: %s %q %v fallbacks %d, want the shared subject's answer and 1 fallback", res, rep, err, c.Fallbacks())
+	}
+	res, rep, isBad, err = c.SendTo(ctx, "fr", "r3", "CancelTask", json.RawMessage(`{"id":"x"}`), "")
+	if err != nil || string(res) != `{"served_by":"r3"}` || rep != "" || !isBad {
+		t.Fatalf("invalid header: %s %q bad=%v %v, want it dropped and reported", res, rep, isBad, err)
+	}
+	res, _, _, err = c.SendTo(ctx, "fr", "no.t-a-token", "CancelTask", json.RawMessage(`{"id":"x"}`), "")
+	if err != nil || string(res) != `{"served_by":"shared"}` {
+		t.Fatalf("invalid replica asked: %s %v, want the shared subject", res, err)
+	}
+	if err := shared.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	if _, _, _, err := c.SendTo(ctx, "fr", "r1", "CancelTask", json.RawMessage(`{"id":"x"}`), ""); !errors.Is(err, ErrAgentOffline) {
+		t.Fatalf("nobody anywhere: %v, want ErrAgentOffline", err)
 	}
 }
