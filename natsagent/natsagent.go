@@ -30,9 +30,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config configures a [Server].
@@ -71,41 +74,76 @@ type Config struct {
 // ConnectOptions are the NATS options an agent connection needs (A2A over
 // NATS §10): the credential as the CONNECT token, the inbox prefix its
 // permissions allow (_INBOX_<agentId>), and reconnection forever.
+//
+// ReconnectWait is 1 s (NATS's default is 2 s): a2ad's embedded server
+// restarts in about a second, and the agent re-registers on reconnection.
 func ConnectOptions(agentID, credential string) []nats.Option {
-	panic("natsagent: not implemented yet")
+	return []nats.Option{
+		nats.Token(credential),
+		nats.CustomInboxPrefix("_INBOX_" + agentID),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+	}
 }
 
 // Server serves one request handler as one replica of an agent. Build it
 // with [NewServer]; it is safe for concurrent use.
 type Server struct {
-	_ struct{}
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	h       a2asrv.RequestHandler
+	cfg     Config
+	card    []byte
+	log     *slog.Logger
+	replica string
+
+	base   context.Context // cancelled when Shutdown gives up: ends every execution and publish
+	cancel context.CancelFunc
+	reqs   sync.WaitGroup // requests being answered
+	execs  sync.WaitGroup // executions publishing events
+	bg     sync.WaitGroup // registration
+	slots  chan struct{}  // bounds requests answered at once
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	subs     []*nats.Subscription
+	status   chan nats.Status
+	live     int
+	tasks    *lru[*task]     // by agent task id
+	seen     *lru[*delivery] // by SendMessage messageId
+	reg      Registration
+	stats    Stats
+	shutOnce sync.Once
+	shutErr  error
+	done     chan struct{}
+	kick     chan struct{} // asks the registration loop to register (again)
+	regStop  chan struct{} // closed by Shutdown: registration ends
 }
 
 // NewServer returns a Server for handler on nc. It checks cfg (AgentID a
 // valid token, Card a JSON object, ReplicaID a valid token when set).
+//
+// Errors wrap [ErrConfig].
 func NewServer(nc *nats.Conn, handler a2asrv.RequestHandler, cfg Config) (*Server, error) {
-	panic("natsagent: not implemented yet")
+	return newServer(nc, handler, cfg)
 }
 
 // Start subscribes and starts registering the card in the background. When
 // the connection is up it returns once the server has the subscriptions.
 // The Server runs until [Server.Shutdown], or until ctx is done (then it
 // shuts down as Shutdown with an already-ended context does).
-func (s *Server) Start(ctx context.Context) error {
-	panic("natsagent: not implemented yet")
-}
+func (s *Server) Start(ctx context.Context) error { return s.start(ctx) }
 
 // Shutdown drains: it unsubscribes (requests sent afterwards get no
 // responders, or reach another replica), answers the requests already
 // received, lets running tasks go on publishing their events until ctx is
 // done, then cancels them and returns ctx's error if any were cut short.
 // It does not close the connection. Idempotent.
-func (s *Server) Shutdown(ctx context.Context) error {
-	panic("natsagent: not implemented yet")
-}
+func (s *Server) Shutdown(ctx context.Context) error { return s.shutdown(ctx) }
 
 // ReplicaID is this replica's id ([Config.ReplicaID] or the one made).
-func (s *Server) ReplicaID() string { panic("natsagent: not implemented yet") }
+func (s *Server) ReplicaID() string { return s.replica }
 
 // Registration is the outcome of the last registration a2ad answered.
 type Registration struct {
@@ -121,7 +159,11 @@ type Registration struct {
 }
 
 // Registration returns the last registration outcome.
-func (s *Server) Registration() Registration { panic("natsagent: not implemented yet") }
+func (s *Server) Registration() Registration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg
+}
 
 // Stats counts what the Server did since it started.
 type Stats struct {
@@ -140,4 +182,8 @@ type Stats struct {
 }
 
 // Stats returns the counters.
-func (s *Server) Stats() Stats { panic("natsagent: not implemented yet") }
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
