@@ -2,10 +2,12 @@ package refagent
 
 import (
 	"context"
+	"encoding/gob"
 	"encoding/json"
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -130,24 +132,24 @@ func (x *Executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			<-x.stop
 			return
 		}
+		task := a2a.NewSubmittedTask(ec, ec.Message)
+		task.History = nil
+		if !yield(task, nil) {
+			return
+		}
 		if evErr == nil && t.mode == "" && !ev.needsReview() && x.reportAtOnce() {
+			// The outcome in one event: the task, COMPLETED with the assessment.
 			art, err := x.artifact(ec, t, nil)
 			if err != nil {
 				yield(nil, err)
 				return
 			}
-			task := a2a.NewSubmittedTask(ec, ec.Message)
-			task.History = nil
-			task.Status = a2a.TaskStatus{State: a2a.TaskStateCompleted, Timestamp: ptrNow()}
-			task.Artifacts = []*a2a.Artifact{art.Artifact}
-			if yield(task, nil) {
+			done := *task
+			done.Status = a2a.TaskStatus{State: a2a.TaskStateCompleted, Timestamp: ptrNow()}
+			done.Artifacts = []*a2a.Artifact{art.Artifact}
+			if yield(&done, nil) {
 				x.log.Info("task completed", "task", ec.TaskID, "case", ev.CaseID)
 			}
-			return
-		}
-		task := a2a.NewSubmittedTask(ec, ec.Message)
-		task.History = nil
-		if !yield(task, nil) {
 			return
 		}
 		if evErr != nil {
@@ -278,18 +280,16 @@ func (x *Executor) artifact(ec *a2asrv.ExecutorContext, t *execTask, verified *b
 	return art, nil
 }
 
-// dataArtifact is the risk_assessment artifact holding data as its one data
-// part: through JSON, as a2a-go's data parts hold a JSON object as a map.
+// dataArtifact is the risk_assessment artifact holding data as its one
+// application/json data part, the bytes in the assessment's field order.
 func dataArtifact(ec *a2asrv.ExecutorContext, data any) (*a2a.TaskArtifactUpdateEvent, error) {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return nil, fmt.Errorf("assessment not encodable: %w", err)
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, fmt.Errorf("assessment not an object: %w", err)
-	}
-	art := a2a.NewArtifactEvent(ec, a2a.NewDataPart(obj))
+	part := a2a.NewDataPart(jsonObject(raw))
+	part.MediaType = "application/json"
+	art := a2a.NewArtifactEvent(ec, part)
 	art.Artifact.ID, art.Artifact.Name = artifactID, artifactName
 	return art, nil
 }
@@ -364,7 +364,26 @@ type misbehavingHandler struct {
 	x *Executor
 }
 
+// errOutputModes refuses a request that accepts none of the agent's output
+// modes (A2A 1.0 -32005).
+func errOutputModes(req *a2a.SendMessageRequest) error {
+	if c := req.Config; c != nil && len(c.AcceptedOutputModes) > 0 && !slices.Contains(c.AcceptedOutputModes, "application/json") {
+		return fmt.Errorf("%w: this agent produces application/json only", a2a.ErrUnsupportedContentType)
+	}
+	return nil
+}
+
+func (h *misbehavingHandler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if err := errOutputModes(req); err != nil {
+		return nil, err
+	}
+	return h.RequestHandler.SendMessage(ctx, req)
+}
+
 func (h *misbehavingHandler) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
+	if err := errOutputModes(req); err != nil {
+		return func(yield func(a2a.Event, error) bool) { yield(nil, err) }
+	}
 	inner := h.RequestHandler.SendStreamingMessage(ctx, req)
 	return func(yield func(a2a.Event, error) bool) {
 		for ev, err := range inner {
@@ -390,3 +409,13 @@ func ptrNow() *time.Time {
 	t := time.Now().UTC()
 	return &t
 }
+
+// jsonObject is a JSON object's encoding kept byte for byte in an a2a-go
+// data part (a map would re-encode it with its keys sorted). It is
+// registered with gob because a2a-go's task store copies tasks with gob.
+type jsonObject []byte
+
+// MarshalJSON returns the bytes.
+func (o jsonObject) MarshalJSON() ([]byte, error) { return o, nil }
+
+func init() { gob.Register(jsonObject(nil)) }

@@ -121,7 +121,8 @@ func cmpName(mode, evidence string) string {
 }
 
 // TestExecutorReportAtOnce: with report-at-once a task that needs nothing
-// more is one Task event, COMPLETED with the assessment, without history
+// more is, after the SUBMITTED task of the reply, one Task event,
+// COMPLETED with the assessment, without history
 // (the brief is not echoed); a task that asks is unchanged.
 func TestExecutorReportAtOnce(t *testing.T) {
 	x, err := newExecutor(nil, false, 0, nil, func() bool { return true }, executorHooks{})
@@ -130,7 +131,7 @@ func TestExecutorReportAtOnce(t *testing.T) {
 	}
 	defer x.Stop()
 	if got, want := streamOf(t, x, briefMessage(t, "tsk-1", `{"case_id":"c","amount_cents":100}`)),
-		[]string{"task TASK_STATE_COMPLETED artifact low"}; !slices.Equal(got, want) {
+		[]string{"task TASK_STATE_SUBMITTED", "task TASK_STATE_COMPLETED artifact low"}; !slices.Equal(got, want) {
 		t.Errorf("stream %q, want %q", got, want)
 	}
 	if got, want := streamOf(t, x, briefMessage(t, "tsk-2", `{"case_id":"c","amount_cents":25000,"manual_review_above_cents":10000}`)),
