@@ -127,7 +127,10 @@ func (s *Server) sendMessage(params json.RawMessage, traceparent string) (any, f
 // reply. after (run once the reply is sent) lets the execution go on
 // publishing.
 func (s *Server) execute(p *a2a.SendMessageRequest, meta a2adMeta, traceparent string, d *delivery) (any, func(), *wire.RPCError) {
-	var t *task
+	var (
+		t    *task
+		prev *a2a.Task // the task before a follow-up
+	)
 	if id := string(p.Message.TaskID); id != "" {
 		s.mu.Lock()
 		t = s.tasks.get(id)
@@ -145,6 +148,7 @@ func (s *Server) execute(p *a2a.SendMessageRequest, meta a2adMeta, traceparent s
 		if p.Message.ContextID != "" && p.Message.ContextID != snap.ContextID {
 			return nil, nil, rpcError(wire.CodeInvalidParams, "contextId %q does not match the task's %q", bound(p.Message.ContextID, 64), snap.ContextID)
 		}
+		prev = snap
 		if snap.Status.State != a2a.TaskStateInputRequired {
 			return nil, nil, rpcError(wire.CodeUnsupportedOperation, "task %s is %s, not TASK_STATE_INPUT_REQUIRED", id, snap.Status.State)
 		}
@@ -198,12 +202,22 @@ func (s *Server) execute(p *a2a.SendMessageRequest, meta a2adMeta, traceparent s
 		reply = stripHistory(ev)
 		publishOne = ev.Status.State != a2a.TaskStateSubmitted || len(ev.Artifacts) > 0
 	default:
-		snap, err := s.snapshot(string(f.ev.TaskInfo().TaskID))
-		if err != nil {
-			proceed <- nil
-			return nil, nil, handlerError("SendMessage", err)
+		// The reply is the task as the first event leaves it: the task
+		// before (a follow-up's) or a new one, with the event applied.
+		// (The handler's GetTask may already be further on.)
+		info := f.ev.TaskInfo()
+		tk := &a2a.Task{ID: info.TaskID, ContextID: info.ContextID, Status: a2a.TaskStatus{State: a2a.TaskStateWorking}}
+		if prev != nil {
+			tk = prev
 		}
-		reply, publishOne = snap, true
+		switch ev := f.ev.(type) {
+		case *a2a.TaskStatusUpdateEvent:
+			tk.Status = ev.Status
+		case *a2a.TaskArtifactUpdateEvent:
+			tk.Status = a2a.TaskStatus{State: a2a.TaskStateWorking}
+		}
+		stamp(&tk.Status)
+		reply, publishOne = tk, true
 	}
 	id := string(f.ev.TaskInfo().TaskID)
 	s.mu.Lock()

@@ -366,6 +366,15 @@ func (s *Server) cancelTask(params json.RawMessage) (any, *wire.RPCError) {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.base, callTimeout)
 	defer cancel()
+	// The binding refuses to cancel a finished task (§5.6), where a2a-go
+	// answers with the task.
+	before, err := s.h.GetTask(ctx, &a2a.GetTaskRequest{ID: p.ID})
+	if err != nil {
+		return nil, handlerError("CancelTask", err)
+	}
+	if before.Status.State.Terminal() {
+		return nil, rpcError(wire.CodeTaskNotCancelable, "task %s is %s", bound(string(p.ID), 64), before.Status.State)
+	}
 	t, err := s.h.CancelTask(ctx, &p)
 	if err != nil {
 		return nil, handlerError("CancelTask", err)
