@@ -311,8 +311,8 @@ func TestSmallCaseCompletes(t *testing.T) {
 	evidence := `{"case_id":"C-7","amount_cents":1999,"currency":"EUR","customer_tenure_days":400,"prior_refunds_90d":0,"order_id":"O-1","notes":"small"}`
 	w := d.watch("t-small")
 	task := d.delegate("t-small", evidence)
-	if !strings.HasPrefix(task.ID, "fr-") || task.ContextID == "" || task.Status.State != a2a.TaskStateSubmitted {
-		t.Fatalf("SendMessage task = %+v, want fr-… with a context, SUBMITTED", task)
+	if task.ID == "" || task.ContextID == "" || task.Status.State != a2a.TaskStateSubmitted {
+		t.Fatalf("SendMessage task = %+v, want an id, a context, SUBMITTED", task)
 	}
 
 	evs := w.next(3)

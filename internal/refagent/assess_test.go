@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/a2ad/a2ad/internal/a2a"
-	"github.com/a2ad/a2ad/internal/natstest"
 )
 
 func TestAssess(t *testing.T) {
@@ -110,32 +108,4 @@ func TestAffirmative(t *testing.T) {
 			t.Errorf("affirmative(%q) = %v, want %v", answer, got, want)
 		}
 	}
-}
-
-// FuzzHandle feeds arbitrary request bodies to the RPC handler: every
-// answer must be a well-formed JSON-RPC 2.0 response.
-func FuzzHandle(f *testing.F) {
-	f.Add([]byte(`{"jsonrpc":"2.0","id":"1","method":"GetTask","params":{"id":"fr-1"}}`), "1.0")
-	f.Add([]byte(`{"jsonrpc":"2.0","id":"1","method":"CancelTask","params":{"id":""}}`), "1.0")
-	f.Add([]byte(`{"jsonrpc":"2.0","id":"1","method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"},{"data":{"objective":"o","evidence":{"case_id":"C-1","amount_cents":1},"constraints":[],"output_schema":{"name":"s","digest":"d","document":{}},"budget":{"deadline_seconds":1}}}],"metadata":{"a2ad/taskId":"t1","a2ad/eventsSubject":"a2a.events.fraud-review.t1"}}}}`), "1.0")
-	f.Add([]byte(`{"jsonrpc":"2.0","id":"1","method":"SendMessage","params":{"message":{"messageId":"m2","taskId":"fr-x","role":"ROLE_USER","parts":[{"text":"yes"}],"metadata":{"a2ad/taskId":"t1","a2ad/eventsSubject":"a2a.events.fraud-review.t1"}}}}`), "1")
-	f.Add([]byte(`[]`), "2.0")
-	f.Add([]byte(`nul`), "")
-	_, nc, _ := natstest.Start(f)
-	a, err := New(nc, Config{AgentID: "fraud-review", Card: []byte(`{}`)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(a.Stop)
-	f.Fuzz(func(t *testing.T, body []byte, version string) {
-		out, _ := a.handle(map[string][]string{"A2A-Version": {version}}, body) // work after the reply is not run
-		resp, err := a2a.DecodeResponse(out)
-		var rerr *a2a.RPCError
-		if err != nil && !errors.As(err, &rerr) {
-			t.Fatalf("response %s is not JSON-RPC: %v", out, err)
-		}
-		if resp.JSONRPC != "2.0" {
-			t.Fatalf("response %s", out)
-		}
-	})
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"iter"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -62,11 +60,9 @@ type HTTPAgent struct {
 	log     *slog.Logger
 	card    *a2a.AgentCard
 	handler http.Handler
-	stop    chan struct{}
-	once    sync.Once
+	exec    *Executor
 
 	mu    sync.Mutex
-	tasks map[a2a.TaskID]*httpTask
 	stats HTTPStats
 }
 
@@ -84,31 +80,41 @@ type HTTPStats struct {
 	FormAnswers [][]byte
 }
 
-type httpTask struct {
-	ev    evidence
-	evErr error
-	mode  string
-}
-
 // NewHTTP returns the agent; serve [HTTPAgent.Handler] at cfg.BaseURL.
 func NewHTTP(cfg HTTPConfig) (*HTTPAgent, error) {
 	if cfg.BaseURL == "" {
 		return nil, errors.New("refagent: HTTPConfig.BaseURL is required")
 	}
 	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
-	if cfg.SlowFor == 0 {
-		cfg.SlowFor = 3 * time.Second
-	}
-	for c, m := range cfg.Misbehave {
-		if !knownMode(m) && !httpMode(m) {
-			return nil, fmt.Errorf("refagent: misbehave %s:%s: unknown mode", m, c)
-		}
-	}
-	a := &HTTPAgent{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), tasks: map[a2a.TaskID]*httpTask{},
-		stats: HTTPStats{ByA2ADTask: map[string]int{}}}
+	a := &HTTPAgent{cfg: cfg, log: cfg.Logger, stats: HTTPStats{ByA2ADTask: map[string]int{}}}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
+	x, err := newExecutor(cfg.Misbehave, true, cfg.SlowFor, a.log, nil, executorHooks{
+		brief: func(a2adTask string, _ []byte) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.stats.Briefs++
+			a.stats.ByA2ADTask[a2adTask]++
+		},
+		answer: func(form []byte) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.stats.Answers++
+			if form != nil {
+				a.stats.FormAnswers = append(a.stats.FormAnswers, form)
+			}
+		},
+		cancel: func(bool) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.stats.Cancels++
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.exec = x
 	a.card = &a2a.AgentCard{
 		Name:        "Fraud Review Agent (HTTP)",
 		Description: "Assesses the fraud risk of a customer refund request from the evidence in a2ad's brief and returns a risk level, a recommendation and the reasons behind it.",
@@ -139,7 +145,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPAgent, error) {
 		}
 		return "anonymous", nil
 	}})
-	h := a2asrv.NewHandler(&httpExecutor{a: a}, a2asrv.WithLogger(a.log), a2asrv.WithTaskStore(store))
+	h := x.Handler(a2asrv.WithLogger(a.log), a2asrv.WithTaskStore(store))
 	mux := http.NewServeMux()
 	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(a.card))
 	mux.Handle(HTTPJSONRPCPath, a2asrv.NewJSONRPCHandler(h))
@@ -155,7 +161,7 @@ func (a *HTTPAgent) Handler() http.Handler { return a.handler }
 func (a *HTTPAgent) Card() *a2a.AgentCard { return a.card }
 
 // Stop ends every task's work (a hanging request returns).
-func (a *HTTPAgent) Stop() { a.once.Do(func() { close(a.stop) }) }
+func (a *HTTPAgent) Stop() { a.exec.Stop() }
 
 // Stats returns a copy of the counters.
 func (a *HTTPAgent) Stats() HTTPStats {
@@ -171,176 +177,6 @@ func (a *HTTPAgent) Stats() HTTPStats {
 		s.FormAnswers = append(s.FormAnswers, append([]byte(nil), b...))
 	}
 	return s
-}
-
-type httpExecutor struct{ a *HTTPAgent }
-
-// Execute runs a new task (the brief) or resumes an input-required one
-// (the answer), yielding its events as a2asrv expects: the submitted task
-// first, then status and artifact updates; execution ends at
-// input-required or a terminal state.
-func (e *httpExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
-	a := e.a
-	return func(yield func(a2a.Event, error) bool) {
-		if ec.StoredTask != nil {
-			a.resume(ctx, ec, yield)
-			return
-		}
-		b, err := briefOf(ec.Message)
-		if err != nil {
-			yield(nil, fmt.Errorf("%w: the message carries no valid a2ad brief", a2a.ErrInvalidParams))
-			return
-		}
-		ev, evErr := parseEvidence(b.Evidence)
-		t := &httpTask{ev: ev, evErr: evErr}
-		if evErr == nil {
-			t.mode = a.cfg.Misbehave[ev.CaseID]
-		}
-		a2adTask, _ := ec.Message.Metadata[MetaTaskID].(string)
-		a.mu.Lock()
-		a.tasks[ec.TaskID] = t
-		a.stats.Briefs++
-		a.stats.ByA2ADTask[a2adTask]++
-		a.mu.Unlock()
-		a.log.Info("task created", "task", ec.TaskID, "a2adTask", a2adTask, "case", ev.CaseID, "misbehave", t.mode)
-		if t.mode == ModeUnresponsive {
-			<-a.stop
-			return
-		}
-		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
-			return
-		}
-		if evErr != nil {
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateRejected, agentText(ec, evErr.Error())), nil)
-			return
-		}
-		if t.mode == ModeCancelHangs {
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil)
-		}
-		if t.mode == ModeSilent || t.mode == ModeCancelHangs {
-			select {
-			case <-a.stop:
-			case <-ctx.Done():
-			}
-			return
-		}
-		if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
-			return
-		}
-		if ev.needsReview() || asksForm(t.mode) {
-			msg := agentText(ec, ev.question())
-			form := ""
-			switch t.mode {
-			case ModeStructuredQuestion:
-				msg, form = agentText(ec, ev.formQuestion()), ApprovalForm
-			case ModeUnformableQuestion:
-				form = NestedForm
-			}
-			if form != "" {
-				var schema any
-				_ = json.Unmarshal([]byte(form), &schema) // a constant
-				msg.Parts = append(msg.Parts, &a2a.Part{Content: a2a.Data{Value: schema}, MediaType: "application/schema+json"})
-			}
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, msg), nil)
-			return
-		}
-		a.finish(ctx, ec, t, nil, yield)
-	}
-}
-
-// resume takes the answer to an input-required task and finishes it.
-func (a *HTTPAgent) resume(ctx context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
-	a.mu.Lock()
-	t := a.tasks[ec.TaskID]
-	a.stats.Answers++
-	a.mu.Unlock()
-	if t == nil || ec.StoredTask.Status.State != a2a.TaskStateInputRequired {
-		yield(nil, fmt.Errorf("%w: the task is not waiting for an answer", a2a.ErrUnsupportedOperation))
-		return
-	}
-	var verified bool
-	if t.mode == ModeStructuredQuestion {
-		var parts []ia2a.Part
-		for _, p := range ec.Message.Parts {
-			if d, ok := p.Content.(a2a.Data); ok {
-				b, err := json.Marshal(d.Value)
-				if err == nil {
-					parts = append(parts, ia2a.Part{Data: b})
-				}
-			}
-		}
-		v, data, err := parseApproval(parts)
-		if err != nil {
-			yield(nil, fmt.Errorf("%w: %s", a2a.ErrInvalidParams, err))
-			return
-		}
-		verified = v
-		a.mu.Lock()
-		a.stats.FormAnswers = append(a.stats.FormAnswers, data)
-		a.mu.Unlock()
-	} else {
-		answer := ""
-		for _, p := range ec.Message.Parts {
-			answer += p.Text()
-		}
-		if strings.TrimSpace(answer) == "" {
-			yield(nil, fmt.Errorf("%w: the answer must be a non-empty text part", a2a.ErrInvalidParams))
-			return
-		}
-		verified = affirmative(answer)
-	}
-	a.log.Info("answer received", "task", ec.TaskID, "verified", verified)
-	if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
-		return
-	}
-	a.finish(ctx, ec, t, &verified, yield)
-}
-
-// finish yields the assessment (a schema-violating one in
-// ModeInvalidArtifact) and COMPLETED.
-func (a *HTTPAgent) finish(ctx context.Context, ec *a2asrv.ExecutorContext, t *httpTask, verified *bool, yield func(a2a.Event, error) bool) {
-	if t.mode == ModeSlow {
-		select {
-		case <-time.After(a.cfg.SlowFor):
-		case <-a.stop:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-	var data any = assess(t.ev, verified)
-	if t.mode == ModeInvalidArtifact {
-		data = invalidAssessment(t.ev)
-	}
-	// Through JSON: a2a-go's data parts hold a JSON object as a map.
-	raw, _ := json.Marshal(data)
-	var obj map[string]any
-	_ = json.Unmarshal(raw, &obj)
-	art := a2a.NewArtifactEvent(ec, a2a.NewDataPart(obj))
-	art.Artifact.ID, art.Artifact.Name = artifactID, artifactName
-	art.LastChunk = true
-	if !yield(art, nil) {
-		return
-	}
-	if yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil) {
-		a.log.Info("task completed", "task", ec.TaskID, "case", t.ev.CaseID)
-	}
-}
-
-// Cancel cancels the task (a ModeUnresponsive one hangs instead).
-func (e *httpExecutor) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
-	a := e.a
-	return func(yield func(a2a.Event, error) bool) {
-		a.mu.Lock()
-		t := a.tasks[ec.TaskID]
-		a.stats.Cancels++
-		a.mu.Unlock()
-		if t != nil && (t.mode == ModeUnresponsive || t.mode == ModeCancelHangs) {
-			<-a.stop
-			return
-		}
-		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
-	}
 }
 
 // briefOf reads a2ad's brief from an a2a-go message: through its A2A 1.0
