@@ -64,17 +64,40 @@ type CardError struct {
 	Total int
 }
 
+// MaxErrorBytes bounds [CardError.Error]: the refusal a2ad answers a
+// registration with (code invalid, docs/nats-binding.md §9) and logs.
+// Faults that do not fit are counted in a last "and N more".
+const MaxErrorBytes = 4 << 10
+
 // Error returns "agentcard: <pointer>: <reason>" for one fault, and
-// "agentcard: N faults: <pointer>: <reason>; …" for several.
+// "agentcard: N faults: <pointer>: <reason>; …" for several, N being
+// [CardError.Total]; at most [MaxErrorBytes], the faults that do not fit
+// counted in a last "; and M more".
 func (e *CardError) Error() string {
 	if len(e.Faults) == 1 {
 		return e.Faults[0].Error()
 	}
-	parts := make([]string, len(e.Faults))
+	total := max(e.Total, len(e.Faults))
+	var b strings.Builder
+	fmt.Fprintf(&b, "agentcard: %d faults: ", total)
+	// Room for "; and NNNNN more" once the faults stop fitting.
+	const room = MaxErrorBytes - len("; and 99999 more")
 	for i, f := range e.Faults {
-		parts[i] = strings.TrimPrefix(f.Error(), "agentcard: ")
+		part := strings.TrimPrefix(f.Error(), "agentcard: ")
+		if f.Pointer == "" && strings.HasPrefix(part, "and ") && i == len(e.Faults)-1 && total > i {
+			part = fmt.Sprintf("and %d more", total-i) // the count of those beyond MaxFaults
+		}
+		sep := "; "
+		if i == 0 {
+			sep = ""
+		}
+		if b.Len()+len(sep)+len(part) > room {
+			fmt.Fprintf(&b, "; and %d more", total-i)
+			break
+		}
+		b.WriteString(sep + part)
 	}
-	return fmt.Sprintf("agentcard: %d faults: %s", len(e.Faults), strings.Join(parts, "; "))
+	return b.String()
 }
 
 // Unwrap returns the faults, so that errors.As finds a *ValidationError.
