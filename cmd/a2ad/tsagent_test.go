@@ -77,6 +77,12 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 	if want := "registered: status pending fingerprint " + rec.Fingerprint; !strings.Contains(logs.String(), want) {
 		t.Errorf("agent log lacks %q:\n%s", want, logs.String())
 	}
+	// The card was sent byte for byte: a2ad's fingerprint of what it received
+	// is check-card's of the file (§9).
+	if out, err := exec.Command(bin, "agents", "check-card", "--agent", "ts-review", filepath.Join(dir, "card.json")).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "fingerprint: "+rec.Fingerprint+"\n") || !strings.Contains(string(out), "accepted: 0 notes, 0 warnings") {
+		t.Errorf("check-card of the agent's card (want fingerprint %s, no notes): %v\n%s", rec.Fingerprint, err, out)
+	}
 	if out, err := run("agents", "approve", "ts-review", "--fingerprint", rec.Fingerprint); err != nil ||
 		!regexp.MustCompile(`(?m)^Delegable:\s+true$`).MatchString(out) {
 		t.Fatalf("approve: %v\n%s", err, out)
