@@ -2,14 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/a2ad/a2ad/internal/testlog"
+	"github.com/nats-io/nats.go"
 )
 
 // The binding from a second language (issue 18, point 5): the JavaScript agent
@@ -172,5 +175,81 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 	}
 	if ev, want := strings.Join(noRefusals(wait.TaskID).events(), " "), ">submitted submitted>working working>input-required input-required>canceled"; ev != want {
 		t.Errorf("C-42 history = %q, want %q", ev, want)
+	}
+
+	// 4. What a2ad sees of the agent on the wire, as a2ad's own connection
+	// (user a2ad, §10) asks it: the error mapping (§8), the probe (§5.7),
+	// GetTask and CancelTask of an ended task (§5.5, §5.6).
+	pw, err := os.ReadFile(filepath.Join(dataDir, "nats", "daemon-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(d.NATS, nats.UserInfo("a2ad", strings.TrimSpace(string(pw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	doneID := regexp.MustCompile(`task (ts-[0-9a-f]{16}) for a2ad task ` + regexp.QuoteMeta(done.TaskID)).FindStringSubmatch(all)
+	if doneID == nil {
+		t.Fatalf("agent log names no task for %s", done.TaskID)
+	}
+	ask1 := func(version, body string) string {
+		t.Helper()
+		m := nats.NewMsg("a2a.agent.ts-review.rpc")
+		if version != "" {
+			m.Header.Set("A2A-Version", version)
+		}
+		m.Data = []byte(body)
+		r, err := nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatalf("request %s: %v", body, err)
+		}
+		if v := r.Header.Get("A2A-Version"); v != "1.0" {
+			t.Errorf("reply to %s has A2A-Version %q, want 1.0", body, v)
+		}
+		return string(r.Data)
+	}
+	code := func(reply string) string {
+		var r struct {
+			ID    string `json:"id"`
+			Error struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(reply), &r); err != nil {
+			return "undecodable: " + reply
+		}
+		return fmt.Sprintf("%s %d", r.ID, r.Error.Code)
+	}
+	other := `"metadata":{"a2ad/taskId":"tsk-x1","a2ad/eventsSubject":"a2a.events.fraud-review.tsk-x1"}`
+	for _, c := range []struct{ what, version, body, want string }{
+		{"the liveness probe", "1.0", `{"jsonrpc":"2.0","id":"42","method":"GetTask","params":{"id":"a2ad-liveness-probe"}}`, "42 -32001"},
+		{"A2A-Version 2.0", "2.0", `{"jsonrpc":"2.0","id":"3","method":"GetTask","params":{"id":"x"}}`, "3 -32009"},
+		{"no A2A-Version (0.3)", "", `{"jsonrpc":"2.0","id":"4","method":"GetTask","params":{"id":"x"}}`, "4 -32009"},
+		{"a 0.3 method", "1.0", `{"jsonrpc":"2.0","id":"5","method":"tasks/get","params":{"id":"x"}}`, "5 -32601"},
+		{"not JSON", "1.0", `{"jsonrpc":`, " -32700"},
+		{"a number id", "1.0", `{"jsonrpc":"2.0","id":6,"method":"GetTask","params":{"id":"x"}}`, " -32600"},
+		{"events steered to another agent", "1.0", `{"jsonrpc":"2.0","id":"7","method":"SendMessage","params":{"message":{"messageId":"tsk-x1-m1","role":"ROLE_USER","parts":[{"data":{"objective":"x"},"mediaType":"application/json"}],` + other + `}}}`, "7 -32602"},
+		{"CancelTask of a completed task", "1.0", `{"jsonrpc":"2.0","id":"8","method":"CancelTask","params":{"id":"` + doneID[1] + `"}}`, "8 -32002"},
+	} {
+		if got := code(ask1(c.version, c.body)); got != c.want {
+			t.Errorf("%s: reply id and code %q, want %q", c.what, got, c.want)
+		}
+	}
+	var got struct {
+		Result struct {
+			ID     string `json:"id"`
+			Status struct {
+				State string `json:"state"`
+			} `json:"status"`
+			Artifacts []struct {
+				ArtifactID string `json:"artifactId"`
+			} `json:"artifacts"`
+		} `json:"result"`
+	}
+	reply := ask1("1.0", `{"jsonrpc":"2.0","id":"9","method":"GetTask","params":{"id":"`+doneID[1]+`"}}`)
+	if err := json.Unmarshal([]byte(reply), &got); err != nil || got.Result.ID != doneID[1] || got.Result.Status.State != "TASK_STATE_COMPLETED" ||
+		len(got.Result.Artifacts) != 1 || got.Result.Artifacts[0].ArtifactID != "risk-assessment" {
+		t.Errorf("GetTask %s = %s, want it completed with its risk-assessment artifact", doneID[1], reply)
 	}
 }
