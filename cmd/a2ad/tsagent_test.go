@@ -19,7 +19,12 @@ import (
 // in examples/ts-agent, written from docs/nats-binding.md alone with the
 // official NATS client from npm, run by Node as a process against the real
 // a2ad binary, approved by the operator with the CLI and used by a host
-// through MCP. .ci/ts-agent installs Node and the agent's packages and sets:
+// through MCP: a task that completes, one that asks a question and completes
+// after the answer, one canceled while it waits (the agent logs the cancel and
+// publishes nothing after), the agent's error replies as a2ad's connection
+// sees them, and a restart of a2ad mid-task (the agent reconnects, registers
+// again, and the task resumes on the answer). .ci/ts-agent installs Node and
+// the agent's packages and sets:
 //
 //	A2AD_TS_AGENT_NODE  the node binary
 //	A2AD_TS_AGENT_DIR   examples/ts-agent with its node_modules installed
@@ -77,9 +82,9 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 		out, err := run("agents", "show", "ts-review", "--json")
 		return err == nil && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == "pending" && rec.Fingerprint != ""
 	})
-	if want := "registered: status pending fingerprint " + rec.Fingerprint; !strings.Contains(logs.String(), want) {
-		t.Errorf("agent log lacks %q:\n%s", want, logs.String())
-	}
+	waitUntil(t, "the node agent to log a2ad's answer to its registration", func() bool {
+		return strings.Contains(logs.String(), "registered: status pending fingerprint "+rec.Fingerprint)
+	})
 	// The card was sent byte for byte: a2ad's fingerprint of what it received
 	// is check-card's of the file (§9).
 	if out, err := exec.Command(bin, "agents", "check-card", "--agent", "ts-review", filepath.Join(dir, "card.json")).CombinedOutput(); err != nil ||
@@ -188,7 +193,6 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
 	doneID := regexp.MustCompile(`task (ts-[0-9a-f]{16}) for a2ad task ` + regexp.QuoteMeta(done.TaskID)).FindStringSubmatch(all)
 	if doneID == nil {
 		t.Fatalf("agent log names no task for %s", done.TaskID)
@@ -251,5 +255,35 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 	if err := json.Unmarshal([]byte(reply), &got); err != nil || got.Result.ID != doneID[1] || got.Result.Status.State != "TASK_STATE_COMPLETED" ||
 		len(got.Result.Artifacts) != 1 || got.Result.Artifacts[0].ArtifactID != "risk-assessment" {
 		t.Errorf("GetTask %s = %s, want it completed with its risk-assessment artifact", doneID[1], reply)
+	}
+
+	nc.Close()
+
+	// 5. a2ad is killed while a task waits for its answer, and restarted on
+	// the same NATS address: the agent reconnects and registers again (the
+	// card is still approved), and the answer through the new instance
+	// resumes the task, which completes.
+	pending := delegate("C-44", 125000)
+	if pending.State != "input-required" {
+		t.Fatalf("C-44: %s, want input-required", pending.State)
+	}
+	d.kill(t)
+	d2 := startDaemon(t, nil, "--config", cfg, "--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--nats-listen", strings.TrimPrefix(d.NATS, "nats://"))
+	reregistered := "reconnected: registering again"
+	waitUntil(t, "the node agent to register again", func() bool {
+		l := logs.String()
+		i := strings.Index(l, reregistered)
+		return i >= 0 && strings.Contains(l[i:], "registered: status approved fingerprint "+rec.Fingerprint)
+	})
+	h2 := connectHost(t, d2)
+	resumed := h2.mustCall("task_respond", map[string]any{"task_id": pending.TaskID, "answer": "no", "wait_seconds": 20})
+	if resumed.State != "completed" {
+		t.Fatalf("C-44 after the restart and the answer: %s %q, want completed", resumed.State, resumed.Reason)
+	}
+	if got, want := artifactJSON(resumed), `{"case_id":"C-44","policy_version":"fraud-policy-2026.11","reasons":["amount 125000 cents above 50000","identity not verified"],"risk_level":"high","score":0.7}`; got != want {
+		t.Errorf("C-44 artifact = %s, want %s", got, want)
+	}
+	if ev := strings.Join(settledRecord(t, d2, pending.TaskID).events(), " "); ev != reviewCaseHistory {
+		t.Errorf("C-44 history = %q, want %q", ev, reviewCaseHistory)
 	}
 }
