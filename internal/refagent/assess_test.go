@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"testing"
-
 )
 
 func TestAssess(t *testing.T) {
