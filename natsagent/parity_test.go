@@ -253,8 +253,8 @@ func (p *parity) outcome(t *testing.T, got *mcpedge.TaskOutput) (string, string)
 func args(agent, caseID string, amount int) map[string]any {
 	return map[string]any{
 		"agent": agent, "skill": "assess_refund_risk",
-		"objective": "Assess the fraud risk of this refund.",
-		"evidence":  map[string]any{"case_id": caseID, "amount_cents": amount, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 400},
+		"objective":     "Assess the fraud risk of this refund.",
+		"evidence":      map[string]any{"case_id": caseID, "amount_cents": amount, "currency": "EUR", "manual_review_above_cents": 50000, "customer_tenure_days": 400},
 		"output_schema": "risk_assessment",
 		"budget":        map[string]any{"deadline_seconds": 60},
 		"wait_seconds":  0,
