@@ -27,8 +27,11 @@
 package natsagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -118,6 +121,8 @@ type Server struct {
 	shutErr  error
 	done     chan struct{}
 	kick     chan struct{} // asks the registration loop to register (again)
+	answered chan struct{} // closed at a2ad's first answer other than rate_limited
+	ansOnce  sync.Once
 	regStop  chan struct{} // closed by Shutdown: registration ends
 }
 
@@ -156,6 +161,30 @@ type Registration struct {
 	// Code and Error say why a2ad refused it (docs/nats-binding.md §9:
 	// unauthenticated, forbidden, revoked, invalid, rate_limited).
 	Code, Error string
+}
+
+// ErrRegistrationRefused is wrapped by the error [Server.WaitRegistered]
+// returns when a2ad refused the registration.
+var ErrRegistrationRefused = errors.New("natsagent: registration refused")
+
+// WaitRegistered blocks until a2ad has answered this Server's first
+// registration with anything but rate_limited (which the Server waits out
+// and retries), and returns the last outcome; or until ctx is done, then
+// with ctx's error. A refusal (Status "") comes with an error wrapping
+// [ErrRegistrationRefused] that names a2ad's code: an agent can fail at
+// start on a credential a2ad does not take, instead of serving requests
+// that never come.
+func (s *Server) WaitRegistered(ctx context.Context) (Registration, error) {
+	select {
+	case <-s.answered:
+	case <-ctx.Done():
+		return s.Registration(), ctx.Err()
+	}
+	r := s.Registration()
+	if r.Status == "" {
+		return r, fmt.Errorf("%w: %s: %s", ErrRegistrationRefused, cmp.Or(r.Code, "unreadable"), cmp.Or(r.Error, "a2ad's answer is not a registration response"))
+	}
+	return r, nil
 }
 
 // Registration returns the last registration outcome.

@@ -89,7 +89,7 @@ func (h *countingHandler) GetTask(ctx context.Context, r *a2a.GetTaskRequest) (*
 }
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	ns   *server.Server
 	nc   *nats.Conn // a2ad's side
 	js   jetstream.JetStream
@@ -103,7 +103,7 @@ type env struct {
 // newEnv starts an embedded NATS with JetStream, the agent's events
 // stream as a2ad creates it (when withStream), a registry answering
 // approved, and a Server for a testExecutor on a connection of its own.
-func newEnv(t *testing.T, withStream bool) *env {
+func newEnv(t testing.TB, withStream bool) *env {
 	t.Helper()
 	ns, nc, js := natstest.Start(t)
 	e := &env{t: t, ns: ns, nc: nc, js: js, exec: newTestExecutor()}
@@ -626,5 +626,50 @@ func TestNewServerRefusesBadConfig(t *testing.T) {
 		if _, err := NewServer(nc, h, cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v: %v, want ErrConfig", cfg, err)
 		}
+	}
+}
+
+// WaitRegistered returns a2ad's answer: approved; a refusal as an error
+// naming a2ad's code; ctx's error while nobody answers.
+func TestWaitRegistered(t *testing.T) {
+	ns, nc, _ := natstest.Start(t)
+	e := &env{t: t}
+	e.serveRegistry(nc)
+	start := func(cred string) *Server {
+		anc := natstest.Connect(t, ns)
+		srv, err := NewServer(anc, a2asrv.NewHandler(newTestExecutor()), Config{AgentID: testAgent, Card: json.RawMessage(`{"name": "t"}`), Credential: cred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+		return srv
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := start("cred-1").WaitRegistered(ctx)
+	if err != nil || r != (Registration{Status: "approved", Fingerprint: "sha256:abc"}) {
+		t.Fatalf("WaitRegistered = %+v, %v; want approved", r, err)
+	}
+	r, err = start("cred-wrong").WaitRegistered(ctx)
+	if !errors.Is(err, ErrRegistrationRefused) || err.Error() != "natsagent: registration refused: invalid: bad registration" || r.Status != "" || r.Code != natsbind.RegisterInvalid {
+		t.Fatalf("WaitRegistered = %+v, %v; want the refusal", r, err)
+	}
+
+	lone, _, _ := natstest.Start(t) // no registry answers here
+	srv, err := NewServer(natstest.Connect(t, lone), a2asrv.NewHandler(newTestExecutor()), Config{AgentID: testAgent, Card: json.RawMessage(`{"name": "t"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	short, cancelShort := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancelShort()
+	if _, err := srv.WaitRegistered(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitRegistered with no registry = %v, want context.DeadlineExceeded", err)
 	}
 }

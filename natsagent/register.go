@@ -101,6 +101,7 @@ func (s *Server) register() {
 				s.log.Info("registered", "status", r.Status, "fingerprint", r.Fingerprint)
 			}
 			s.record(r)
+			s.ansOnce.Do(func() { close(s.answered) })
 			return
 		}
 		if attempt == 1 {

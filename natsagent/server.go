@@ -85,12 +85,13 @@ func newServer(nc *nats.Conn, h a2asrv.RequestHandler, cfg Config) (*Server, err
 		log:     log.With("agent", cfg.AgentID, "replica", cfg.ReplicaID),
 		replica: cfg.ReplicaID,
 		base:    base, cancel: cancel,
-		slots:   make(chan struct{}, maxInFlight),
-		tasks:   newLRU[*task](cfg.RememberMessages),
-		seen:    newLRU[*delivery](cfg.RememberMessages),
-		done:    make(chan struct{}),
-		kick:    make(chan struct{}, 1),
-		regStop: make(chan struct{}),
+		slots:    make(chan struct{}, maxInFlight),
+		tasks:    newLRU[*task](cfg.RememberMessages),
+		seen:     newLRU[*delivery](cfg.RememberMessages),
+		done:     make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		answered: make(chan struct{}),
+		regStop:  make(chan struct{}),
 	}, nil
 }
 
