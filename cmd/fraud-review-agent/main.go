@@ -8,6 +8,7 @@
 //	fraud-review-agent --credential-file fraud-review.jwt [--nats-url nats://127.0.0.1:4222]
 //	    [--nats-ca ca.pem [--nats-client-cert cert.pem --nats-client-key key.pem]]
 //	    [--agent-id fraud-review] [--card card.json] [--misbehave mode:caseId[,mode:caseId]]...
+//	    [--slow-for 3s]
 //
 // The credential is the agent's identity: mint it with `a2ad agents
 // credential fraud-review > fraud-review.jwt`. It may also come from the
@@ -28,7 +29,8 @@
 //
 // Misbehaviour modes (for testing a2ad): invalid-artifact, silent,
 // illegal-transition, slow, auth-required, replace-after-last,
-// endless-chunks. Logs go to stderr. It reconnects to NATS forever and
+// endless-chunks; a slow case stays WORKING for --slow-for (default 3 s)
+// before it completes, or until it is canceled. Logs go to stderr. It reconnects to NATS forever and
 // stops on SIGINT or SIGTERM.
 package main
 
@@ -80,6 +82,7 @@ func run(args []string, log *slog.Logger) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})
+	slowFor := fs.Duration("slow-for", 3*time.Second, "how long a slow:<caseId> case stays TASK_STATE_WORKING before it completes (unless canceled first)")
 	httpAddr := fs.String("http", "", "serve as a standard A2A 1.0 agent over HTTP (JSON-RPC and HTTP+JSON, no NATS) on this address, e.g. 127.0.0.1:9000; its card is at /.well-known/agent-card.json")
 	publicURL := fs.String("public-url", "", "with --http: the base URL the card advertises (default http://<the address it listens on>)")
 	streaming := fs.Bool("streaming", true, "with --http: the card's capabilities.streaming")
@@ -89,12 +92,15 @@ func run(args []string, log *slog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	if *slowFor <= 0 {
+		return fmt.Errorf("--slow-for %s: want a positive duration", *slowFor)
+	}
 	if *httpAddr != "" {
 		mis, err := refagent.ParseMisbehave(misbehave)
 		if err != nil {
 			return err
 		}
-		return serveHTTP(*httpAddr, *publicURL, *streaming, mis, log)
+		return serveHTTP(*httpAddr, *publicURL, *streaming, mis, *slowFor, log)
 	}
 	cred := strings.TrimSpace(os.Getenv("A2AD_AGENT_CREDENTIAL"))
 	if *credFile != "" {
@@ -189,7 +195,7 @@ func run(args []string, log *slog.Logger) error {
 	}
 	defer nc.Close()
 
-	agent, err := refagent.New(nc, refagent.Config{AgentID: *agentID, Card: card, Misbehave: mis, Logger: log, Credential: cred})
+	agent, err := refagent.New(nc, refagent.Config{AgentID: *agentID, Card: card, Misbehave: mis, SlowFor: *slowFor, Logger: log, Credential: cred})
 	if err != nil {
 		return err
 	}
@@ -207,7 +213,7 @@ func run(args []string, log *slog.Logger) error {
 }
 
 // serveHTTP runs the agent over A2A's HTTP bindings until SIGINT/SIGTERM.
-func serveHTTP(addr, publicURL string, streaming bool, mis map[string]string, log *slog.Logger) error {
+func serveHTTP(addr, publicURL string, streaming bool, mis map[string]string, slowFor time.Duration, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
@@ -215,7 +221,7 @@ func serveHTTP(addr, publicURL string, streaming bool, mis map[string]string, lo
 	if publicURL == "" {
 		publicURL = "http://" + ln.Addr().String()
 	}
-	agent, err := refagent.NewHTTP(refagent.HTTPConfig{BaseURL: publicURL, Streaming: streaming, Misbehave: mis, Logger: log})
+	agent, err := refagent.NewHTTP(refagent.HTTPConfig{BaseURL: publicURL, Streaming: streaming, Misbehave: mis, SlowFor: slowFor, Logger: log})
 	if err != nil {
 		return err
 	}
