@@ -442,6 +442,9 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 	if agentTask == "" {
 		agentTask = "not known"
 	}
+	if r.AgentReplica != "" { // the replica that holds it (docs/nats-binding.md §5.8)
+		agentTask += " on replica " + r.AgentReplica
+	}
 	fmt.Fprintf(tw, "Agent:\t%s (skill %s, agent task %s)\n", r.AgentID, r.Skill, agentTask)
 	fmt.Fprintf(tw, "Tenant:\t%s (subject %s)\n", r.Tenant, r.Subject)
 	fmt.Fprintf(tw, "Age:\t%s (created %s)\n", age(now, r.CreatedAt), r.CreatedAt.Format(time.RFC3339))
