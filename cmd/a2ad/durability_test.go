@@ -733,7 +733,7 @@ func TestRestartWith100kOpenTasks(t *testing.T) {
 		id := fmt.Sprintf("tsk-recovery%012d", i)
 		deadline := now.Add(time.Hour)
 		if i >= recoveryTasks {
-			deadline = now.Add(40 * time.Second)
+			deadline = now.Add(60 * time.Second)
 		}
 		rec := task.Record{ID: id, Tenant: "default", Subject: "local", AgentID: "fraud-review", Skill: "assess_refund_risk",
 			AgentTaskID: fmt.Sprintf("fr-%d", i), BriefDigest: "sha256:" + strings.Repeat("0", 64), OutputSchema: "risk_assessment",
@@ -779,8 +779,11 @@ func TestRestartWith100kOpenTasks(t *testing.T) {
 	ready := time.Since(start)
 	t.Logf("restart with %d open tasks: serving after %s, all tracked after %s",
 		total, serving.Round(time.Millisecond), ready.Round(time.Millisecond))
-	if !rd.Ready || rd.OpenTasks != total || rd.Scheduled != total {
-		t.Fatalf("/readyz = %+v, want ready with %d open and scheduled", rd, total)
+	// The five short deadlines may fall due before /readyz says ready on
+	// a loaded machine (recovery took 42 s under CI's load once): those
+	// are enforced, no longer scheduled. Every hour-long one is.
+	if !rd.Ready || rd.OpenTasks != total || rd.Scheduled < recoveryTasks || rd.Scheduled > total {
+		t.Fatalf("/readyz = %+v, want ready with %d open and %d to %d scheduled", rd, total, recoveryTasks, total)
 	}
 	h := connectHost(t, d2)
 	for _, id := range []string{ids[0], ids[recoveryTasks/2], ids[recoveryTasks-1]} {
