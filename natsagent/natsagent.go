@@ -76,7 +76,13 @@ type Config struct {
 
 // ConnectOptions are the NATS options an agent connection needs (A2A over
 // NATS §10): the credential as the CONNECT token, the inbox prefix its
-// permissions allow (_INBOX_<agentId>), and reconnection forever.
+// permissions allow (_INBOX_<agentId>), and reconnection forever, from
+// the first connection on: an agent started while a2ad is down (or
+// restarting) gets from nats.Connect a connection that comes up with
+// a2ad's server, rather than an error; [Server.Start] takes it as it is
+// and [Server.WaitRegistered] waits for a2ad's answer (A2A over NATS §9).
+// A credential the server refuses is then no error of nats.Connect: set
+// nats.ErrorHandler or nats.ReconnectErrHandler to see why.
 //
 // ReconnectWait is 1 s (NATS's default is 2 s): a2ad's embedded server
 // restarts in about a second, and the agent re-registers on reconnection.
@@ -85,6 +91,7 @@ func ConnectOptions(agentID, credential string) []nats.Option {
 		nats.Token(credential),
 		nats.CustomInboxPrefix("_INBOX_" + agentID),
 		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(time.Second),
 	}
 }

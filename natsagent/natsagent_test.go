@@ -486,6 +486,58 @@ func TestRegistersAgainAfterReconnect(t *testing.T) {
 	}
 }
 
+// An agent started before a2ad (or while a2ad restarts): nats.Connect
+// with ConnectOptions gives a connection that is not up yet instead of an
+// error, and the Server registers and serves once the server comes up.
+func TestStartsBeforeTheServer(t *testing.T) {
+	// A free loopback port: a server started on -1, then stopped.
+	probe, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := probe.ClientURL()
+	probe.Shutdown()
+	probe.WaitForShutdown()
+
+	anc, err := nats.Connect(url, append(ConnectOptions(testAgent, "cred-1"), nats.ReconnectWait(50*time.Millisecond))...)
+	if err != nil {
+		t.Fatalf("nats.Connect with no server up: %v (want a connection that connects later)", err)
+	}
+	defer anc.Close()
+	if anc.IsConnected() {
+		t.Fatal("connected with no server up")
+	}
+	srv, err := NewServer(anc, a2asrv.NewHandler(newTestExecutor()), Config{AgentID: testAgent, Card: json.RawMessage(`{"name": "t"}`), Credential: "cred-1", ReplicaID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatalf("Start with no server up: %v", err)
+	}
+	defer srv.Shutdown(context.Background())
+
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), Listen: strings.TrimPrefix(url, "nats://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	e := &env{t: t}
+	reg := natstest.Connect(t, ns)
+	e.serveRegistry(reg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := srv.WaitRegistered(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r != (Registration{Status: "approved", Fingerprint: "sha256:abc"}) {
+		t.Fatalf("registration %+v", r)
+	}
+	if err := natsbind.NewClient(reg).Probe(context.Background(), testAgent); err != nil {
+		t.Fatalf("probe once the server is up: %v", err)
+	}
+}
+
 func TestShutdownDrainsRunningTasks(t *testing.T) {
 	e := newEnv(t, true)
 	_, resp := e.request(natsbind.RPCSubject(testAgent), "SendMessage", sendParams("tsk-6", "tsk-6-m1", "", "slow"))
