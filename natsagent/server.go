@@ -238,7 +238,7 @@ func (s *Server) handle(hdr nats.Header, data []byte) ([]byte, bool, func()) {
 		}
 		return encodeResponse(id, nil, rerr), false, nil
 	}
-	if rerr := checkVersion(header(hdr, natsbind.HeaderA2AVersion)); rerr != nil {
+	if rerr := checkVersion(natsbind.HeaderValue(hdr, natsbind.HeaderA2AVersion)); rerr != nil {
 		return encodeResponse(req.ID, nil, rerr), false, nil
 	}
 	var (
@@ -247,7 +247,7 @@ func (s *Server) handle(hdr nats.Header, data []byte) ([]byte, bool, func()) {
 	)
 	switch req.Method {
 	case wire.MethodSendMessage:
-		result, after, rerr = s.sendMessage(req.Params, header(hdr, natsbind.HeaderTraceparent))
+		result, after, rerr = s.sendMessage(req.Params, natsbind.HeaderValue(hdr, natsbind.HeaderTraceparent))
 		if rerr == nil {
 			return encodeResponse(req.ID, result, nil), true, after
 		}
@@ -312,20 +312,6 @@ func encodeResponse(id string, result any, rerr *wire.RPCError) []byte {
 	}
 	b, _ := json.Marshal(resp) // only strings and raw JSON: cannot fail
 	return b
-}
-
-// header looks a header up case-insensitively: A2A service parameter names
-// are case-insensitive, NATS headers are not.
-func header(h nats.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	for k, v := range h {
-		if strings.EqualFold(k, name) && len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
 }
 
 func decodeParams(raw json.RawMessage, v any) error {

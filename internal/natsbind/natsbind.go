@@ -38,6 +38,22 @@ const (
 	HeaderReplica = "A2ad-Replica"
 )
 
+// HeaderValue is the first value of header name in h, the name matched
+// case-insensitively: A2A service parameter names are (A2A 1.0 §3.2.6,
+// docs/nats-binding.md §4), NATS header names are not, and an agent in
+// another language may write "a2ad-replica". "" when absent.
+func HeaderValue(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
 // RegisterSubject is where agents send their card registration.
 const RegisterSubject = "a2a.registry.register"
 
@@ -203,7 +219,7 @@ func (c *Client) call(ctx context.Context, agentID, replica, method string, para
 		// The agent's id is not quoted: it is agent text.
 		return nil, "", fmt.Errorf("%w: the response's id is not the request's (%q)", a2a.ErrDecode, id)
 	}
-	return resp.Result, reply.Header.Get(HeaderReplica), nil
+	return resp.Result, HeaderValue(reply.Header, HeaderReplica), nil
 }
 
 // Fallbacks is how many requests this Client sent to a replica's subject

@@ -106,3 +106,31 @@ func TestSendToRoutesToTheReplicaAndFallsBack(t *testing.T) {
 		t.Fatalf("nobody anywhere: %v, want ErrAgentOffline", err)
 	}
 }
+
+// An agent that writes the replica header in lower case (names are
+// case-insensitive, §4) is routed like one that writes A2ad-Replica.
+func TestReplicaHeaderNameIsCaseInsensitive(t *testing.T) {
+	_, nc, _ := natstest.Start(t)
+	sub, err := nc.QueueSubscribe(RPCSubject("fr"), "fr", func(m *nats.Msg) {
+		var req struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(m.Data, &req)
+		out := nats.NewMsg(m.Reply)
+		out.Data = []byte(`{"jsonrpc":"2.0","id":"` + req.ID + `","result":{}}`)
+		out.Header["a2ad-replica"] = []string{"r4"}
+		_ = m.RespondMsg(out)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	_, rep, isBad, err := NewClient(nc).SendTo(context.Background(), "fr", "", "SendMessage", json.RawMessage(`{}`), "")
+	if err != nil || rep != "r4" || isBad {
+		t.Fatalf("lower-case header: replica %q bad=%v %v, want r4", rep, isBad, err)
+	}
+	if got := HeaderValue(nats.Header{"A2A-VERSION": {"1.0"}}, HeaderA2AVersion); got != "1.0" {
+		t.Fatalf("HeaderValue = %q", got)
+	}
+}
