@@ -70,6 +70,14 @@ type Config struct {
 	// RememberMessages bounds the messageIds remembered for deduplication
 	// and the tasks remembered for routing (oldest first). Default 100,000.
 	RememberMessages int
+	// MaxRequestDepth bounds the nesting of arrays and objects in a
+	// request: a deeper one is refused with JSON-RPC -32600 before the
+	// handler sees it (a2a-go deep-copies each task with encoding/gob,
+	// whose cost grows with the square of the depth: 490 MB at 4,000
+	// levels). a2ad's briefs nest their evidence at most
+	// brief.MaxEvidenceDepth levels (32 by default) inside 6 of the request;
+	// raise this with it. Default 128.
+	MaxRequestDepth int
 	// Logger receives the Server's logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -725,3 +725,34 @@ func TestWaitRegistered(t *testing.T) {
 		t.Fatalf("WaitRegistered with no registry = %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// A request nested deeper than MaxRequestDepth is refused before the
+// handler sees it; a brief as deep as a2ad sends by default is served.
+func TestDeepRequestsAreRefused(t *testing.T) {
+	e := newEnv(t, true)
+	nest := func(n int) any {
+		var v any = "x"
+		for range n {
+			v = map[string]any{"a": v}
+		}
+		return v
+	}
+	params := sendParams("tsk-d1", "tsk-d1-m1", "", "hello")
+	msg := params["message"].(map[string]any)
+	msg["parts"] = []any{map[string]any{"text": "hello"}, map[string]any{"data": map[string]any{"objective": "o", "evidence": nest(32)}}}
+	_, resp := e.request(natsbind.RPCSubject(testAgent), "SendMessage", params)
+	taskOf(t, resp)
+	before := e.exec.runs.Load()
+	msg["messageId"] = "tsk-d1-m2"
+	msg["parts"] = []any{map[string]any{"data": nest(4000)}}
+	_, resp = e.request(natsbind.RPCSubject(testAgent), "SendMessage", params)
+	if resp.Error == nil || resp.Error.Code != wire.CodeInvalidRequest || resp.Error.Message != "request nests 4005 levels deep, more than the 128 this agent accepts" {
+		t.Fatalf("4000 levels: %+v", resp.Error)
+	}
+	if e.exec.runs.Load() != before {
+		t.Fatal("the handler ran for the refused request")
+	}
+	if d := depth([]byte(`{"a":"[{\"","b":[[1],{"c":"\\"}"}]}`)); d != 3 {
+		t.Fatalf("depth counts brackets in strings: %d, want 3", d)
+	}
+}

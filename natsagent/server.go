@@ -35,6 +35,8 @@ const (
 	// MaxRequestBytes bounds a request body; a larger one is refused
 	// with -32600.
 	MaxRequestBytes = 4 << 20
+	// DefaultMaxRequestDepth is [Config.MaxRequestDepth]'s default.
+	DefaultMaxRequestDepth = 128
 	// maxInFlight bounds the requests answered at once; more wait in
 	// the NATS subscription.
 	maxInFlight = 256
@@ -66,10 +68,11 @@ func newServer(nc *nats.Conn, h a2asrv.RequestHandler, cfg Config) (*Server, err
 	if cfg.QueueGroup == "" {
 		cfg.QueueGroup = cfg.AgentID
 	}
-	if cfg.MaxLiveTasks < 0 || cfg.RememberMessages < 0 {
-		return nil, fmt.Errorf("%w: MaxLiveTasks and RememberMessages must not be negative", ErrConfig)
+	if cfg.MaxLiveTasks < 0 || cfg.RememberMessages < 0 || cfg.MaxRequestDepth < 0 {
+		return nil, fmt.Errorf("%w: MaxLiveTasks, RememberMessages and MaxRequestDepth must not be negative", ErrConfig)
 	}
 	cfg.MaxLiveTasks = cmp.Or(cfg.MaxLiveTasks, 10_000)
+	cfg.MaxRequestDepth = cmp.Or(cfg.MaxRequestDepth, DefaultMaxRequestDepth)
 	cfg.RememberMessages = cmp.Or(cfg.RememberMessages, 100_000)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -230,7 +233,7 @@ func (s *Server) reply(msg *nats.Msg, body []byte, replica bool) {
 // whether it is a SendMessage reply (marked with the replica id), and
 // work to run once the response is sent (nil if none).
 func (s *Server) handle(hdr nats.Header, data []byte) ([]byte, bool, func()) {
-	req, rerr := decodeRequest(data)
+	req, rerr := decodeRequest(data, s.cfg.MaxRequestDepth)
 	if rerr != nil {
 		id := ""
 		if req != nil {
@@ -268,7 +271,7 @@ func (s *Server) handle(hdr nats.Header, data []byte) ([]byte, bool, func()) {
 // decodeRequest decodes a JSON-RPC 2.0 request: not JSON is -32700; JSON
 // that is not a request with a string id and a method is -32600, as is a
 // body over MaxRequestBytes.
-func decodeRequest(data []byte) (*wire.Request, *wire.RPCError) {
+func decodeRequest(data []byte, maxDepth int) (*wire.Request, *wire.RPCError) {
 	if len(data) > MaxRequestBytes {
 		return nil, rpcError(wire.CodeInvalidRequest, "request of %d bytes is over the %d bytes this agent accepts", len(data), MaxRequestBytes)
 	}
@@ -284,7 +287,37 @@ func decodeRequest(data []byte) (*wire.Request, *wire.RPCError) {
 	if req.JSONRPC != "2.0" || req.Method == "" || req.ID == "" {
 		return &req, rpcError(wire.CodeInvalidRequest, "a JSON-RPC 2.0 request needs jsonrpc \"2.0\", a string id and a method")
 	}
+	if d := depth(data); d > maxDepth {
+		return &req, rpcError(wire.CodeInvalidRequest, "request nests %d levels deep, more than the %d this agent accepts", d, maxDepth)
+	}
 	return &req, nil
+}
+
+// depth is the deepest nesting of arrays and objects in the valid JSON
+// data (a scalar is 0).
+func depth(data []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range data {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			d++
+			deepest = max(deepest, d)
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return deepest
 }
 
 // checkVersion accepts any 1.x in the A2A-Version header; an absent header
