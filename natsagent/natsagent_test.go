@@ -573,6 +573,13 @@ func TestShutdownCutsShortWhenItsContextEnds(t *testing.T) {
 	if err := e.srv.Shutdown(context.Background()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second Shutdown: %v, want the first's outcome", err)
 	}
+	// The task it gave up on is failed, in the replica's words, so that
+	// a2ad ends it now rather than at its deadline.
+	evs := e.events(2, 1)
+	wantEvents(t, evs, "tsk-7.2 statusUpdate TASK_STATE_FAILED")
+	if !strings.Contains(evs[0].body, `"text":"replica r1 shut down before the task finished"`) {
+		t.Fatalf("FAILED event: %s", evs[0].body)
+	}
 }
 
 func TestBadRequests(t *testing.T) {

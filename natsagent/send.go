@@ -18,6 +18,7 @@ import (
 // (the first and each follow-up's).
 type task struct {
 	id         string
+	contextID  string
 	a2adTaskID string
 	subject    string
 
@@ -222,7 +223,7 @@ func (s *Server) execute(p *a2a.SendMessageRequest, meta a2adMeta, traceparent s
 	id := string(f.ev.TaskInfo().TaskID)
 	s.mu.Lock()
 	if t == nil {
-		t = &task{id: id, a2adTaskID: meta.taskID, subject: meta.subject, traceparent: traceparent}
+		t = &task{id: id, contextID: string(f.ev.TaskInfo().ContextID), a2adTaskID: meta.taskID, subject: meta.subject, traceparent: traceparent}
 		s.tasks.put(id, t)
 		s.stats.Tasks++
 	}
@@ -254,7 +255,14 @@ func (s *Server) run(ctx context.Context, cancel context.CancelFunc, p *a2a.Send
 		s.execs.Done()
 	}()
 	var go_ *proceedWith
-	n := 0
+	n, ended := 0, false
+	defer func() {
+		// Shutdown gave up on this execution before it ended: say so, so
+		// that a2ad ends the task now rather than at its deadline.
+		if go_ != nil && !ended && s.base.Err() != nil {
+			s.abandon(go_.t)
+		}
+	}()
 	for ev, err := range s.h.SendStreamingMessage(ctx, p) {
 		n++
 		if n == 1 {
@@ -272,10 +280,40 @@ func (s *Server) run(ctx context.Context, cancel context.CancelFunc, p *a2a.Send
 		if !s.publish(ctx, go_.t, ev) {
 			return
 		}
+		ended = ended || endsTask(ev)
 	}
 	if n == 0 {
 		firstc <- first{err: errNoEvent}
 		<-proceed
+	}
+}
+
+// endsTask reports whether ev leaves its task in a terminal state.
+func endsTask(ev a2a.Event) bool {
+	switch e := ev.(type) {
+	case *a2a.Task:
+		return e.Status.State.Terminal()
+	case *a2a.TaskStatusUpdateEvent:
+		return e.Status.State.Terminal()
+	}
+	return false
+}
+
+// abandonWait bounds the publication of the FAILED event of an execution
+// Shutdown gave up on.
+const abandonWait = 2 * time.Second
+
+// abandon publishes TASK_STATE_FAILED for t, whose execution Shutdown
+// cancelled before it ended, waiting at most abandonWait for the ack.
+func (s *Server) abandon(t *task) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonWait)
+	defer cancel()
+	msg := a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("replica "+s.replica+" shut down before the task finished"))
+	msg.TaskID, msg.ContextID = a2a.TaskID(t.id), t.contextID
+	ev := &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(t.id), ContextID: t.contextID,
+		Status: a2a.TaskStatus{State: a2a.TaskStateFailed, Message: msg}}
+	if s.publish(ctx, t, ev) {
+		s.log.Info("task failed: the replica shut down before it finished", "task", t.id)
 	}
 }
 

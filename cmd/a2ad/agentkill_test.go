@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +191,74 @@ func TestAgentKilledMidTask(t *testing.T) {
 	}
 	tap.check(t, asks.TaskID, 2)
 	tap.check(t, fresh.TaskID, 3) // working, the artifact, completed
+}
+
+// SIGTERM drains the reference agent (natsagent.Server.Shutdown): a task
+// that finishes within --shutdown-timeout completes; one still running when
+// it ends is published TASK_STATE_FAILED, so a2ad ends it at once instead
+// of at its deadline, with the agent's words as its status message.
+func TestAgentStoppedMidTaskDrains(t *testing.T) {
+	srv, nc, _ := natstest.Start(t)
+	tap := tapEvents(t, nc, "fraud-review")
+	d := startDaemon(t, nil, external(t, srv.ClientURL())...)
+	credFile := filepath.Join(t.TempDir(), "cred")
+	if err := os.WriteFile(credFile, []byte(credentialFor(t, srv.ClientURL(), "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, slowFor, want string
+	}{
+		{"finishes within the timeout", "1s", "completed"},
+		{"outlives the timeout", "60s", "failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			agent := runAgent(t, "--nats-url", srv.ClientURL(), "--credential-file", credFile,
+				"--misbehave", "slow:C-410", "--slow-for", c.slowFor, "--shutdown-timeout", "3s")
+			h := connectHost(t, d)
+			args := delegateArgs("C-410", 1999, "", 0)
+			args["budget"] = map[string]any{"deadline_seconds": 120}
+			var got toolResult
+			until := time.Now().Add(15 * time.Second)
+			for { // until a2ad has seen this process (the previous one is gone)
+				var err error
+				if got, err = h.delegateWhenAgentKnown(args); err != nil {
+					t.Fatal(err)
+				}
+				if got.ErrText == "" || !strings.Contains(got.ErrText, "offline") || time.Now().After(until) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if got.ErrText != "" {
+				t.Fatalf("delegate: %s", got.ErrText)
+			}
+			waitState(t, d, got.TaskID, "working")
+			start := time.Now()
+			if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-agent.done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the agent did not exit after SIGTERM")
+			}
+			final := h.waitFinal(got.TaskID, 30*time.Second)
+			t.Logf("%s: exited and the task ended %s after SIGTERM", c.name, time.Since(start).Round(time.Millisecond))
+			if final.State != c.want {
+				t.Fatalf("state %s reason %q, want %s", final.State, final.Reason, c.want)
+			}
+			rec := settledRecord(t, d, got.TaskID)
+			if c.want == "failed" {
+				if ev, want := strings.Join(rec.events(), " "), ">submitted submitted>working working>failed"; ev != want {
+					t.Errorf("history %q, want %q", ev, want)
+				}
+				if !strings.Contains(rec.StatusMessage, "shut down before the task finished") {
+					t.Errorf("status message %q", rec.StatusMessage)
+				}
+				tap.check(t, got.TaskID, 2) // working, failed
+			} else {
+				tap.check(t, got.TaskID, 3) // working, the artifact, completed
+			}
+		})
+	}
 }

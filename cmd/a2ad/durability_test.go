@@ -253,7 +253,9 @@ type adminRecord struct {
 	TaskID string `json:"task_id"`
 	State  string `json:"state"`
 	Reason string `json:"reason"`
-	Outbox any    `json:"outbox"`
+	// StatusMessage is the agent's last status message, as a2ad keeps it.
+	StatusMessage string `json:"status_message"`
+	Outbox        any    `json:"outbox"`
 	// Verdicts are the artifact verdicts (artifact.Verdict).
 	Verdicts []struct {
 		Violations []struct {

@@ -83,6 +83,7 @@ func run(args []string, log *slog.Logger) error {
 		return nil
 	})
 	slowFor := fs.Duration("slow-for", 3*time.Second, "how long a slow:<caseId> case stays TASK_STATE_WORKING before it completes (unless canceled first)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long running tasks may go on before they are failed (NATS only)")
 	httpAddr := fs.String("http", "", "serve as a standard A2A 1.0 agent over HTTP (JSON-RPC and HTTP+JSON, no NATS) on this address, e.g. 127.0.0.1:9000; its card is at /.well-known/agent-card.json")
 	publicURL := fs.String("public-url", "", "with --http: the base URL the card advertises (default http://<the address it listens on>)")
 	streaming := fs.Bool("streaming", true, "with --http: the card's capabilities.streaming")
@@ -199,7 +200,7 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := agent.Start(ctx); err != nil {
+	if err := agent.Start(context.WithoutCancel(ctx)); err != nil { // stopped below, draining
 		return err
 	}
 	select {
@@ -208,7 +209,13 @@ func run(args []string, log *slog.Logger) error {
 		agent.Stop()
 		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
 	}
-	agent.Stop()
+	// SIGTERM drains: running tasks may finish for --shutdown-timeout;
+	// those still running then are published TASK_STATE_FAILED.
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	if err := agent.Shutdown(sctx); err != nil {
+		log.Warn("shut down before every running task finished; those were failed", "timeout", *shutdownTimeout)
+	}
 	return nil
 }
 

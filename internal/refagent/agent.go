@@ -196,6 +196,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	return nil
 }
 
+// Shutdown drains as [natsagent.Server.Shutdown] does: no new requests,
+// running tasks go on publishing until ctx ends, and those cut short are
+// published TASK_STATE_FAILED. Then it stops as [Agent.Stop].
+func (a *Agent) Shutdown(ctx context.Context) error {
+	err := a.srv.Shutdown(ctx)
+	a.Stop()
+	return err
+}
+
 // Stop unsubscribes (once it returns, requests to the agent get no
 // responders), abandons pending publishes and waits for the agent's
 // goroutines. It does not close the connection. It is idempotent.
