@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/a2ad/a2ad/internal/a2a"
 )
 
 // MaxMessageDepth is the deepest nesting of JSON arrays and objects a2ad
@@ -59,7 +61,7 @@ func screen(msg []byte) *screenError {
 	if !json.Valid(msg) {
 		return &screenError{Code: -32700, Message: "parse error: the message is not valid JSON (RFC 8259)"}
 	}
-	if depth(msg) > MaxMessageDepth {
+	if a2a.Depth(msg) > MaxMessageDepth {
 		return &screenError{Code: -32700, Message: fmt.Sprintf("parse error: the message nests arrays and objects deeper than %d levels", MaxMessageDepth)}
 	}
 	switch msg[0] {
@@ -141,32 +143,6 @@ func validID(raw json.RawMessage) bool {
 		return err == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53
 	}
 	return false
-}
-
-// depth is the deepest nesting of arrays and objects in valid JSON b.
-func depth(b []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			d++
-			deepest = max(deepest, d)
-		case c == '}' || c == ']':
-			d--
-		}
-	}
-	return deepest
 }
 
 // isEmptyArray reports whether valid JSON b is [] (spaces allowed).

@@ -759,7 +759,7 @@ func TestDeepRequestsAreRefused(t *testing.T) {
 	if e.exec.runs.Load() != before {
 		t.Fatal("the handler ran for the refused request")
 	}
-	if d := depth([]byte(`{"a":"[{\"","b":[[1],{"c":"\\"}"}]}`)); d != 3 {
+	if d := wire.Depth([]byte(`{"a":"[{\"","b":[[1],{"c":"\\"}"}]}`)); d != 3 {
 		t.Fatalf("depth counts brackets in strings: %d, want 3", d)
 	}
 }

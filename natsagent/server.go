@@ -287,37 +287,10 @@ func decodeRequest(data []byte, maxDepth int) (*wire.Request, *wire.RPCError) {
 	if req.JSONRPC != "2.0" || req.Method == "" || req.ID == "" {
 		return &req, rpcError(wire.CodeInvalidRequest, "a JSON-RPC 2.0 request needs jsonrpc \"2.0\", a string id and a method")
 	}
-	if d := depth(data); d > maxDepth {
+	if d := wire.Depth(data); d > maxDepth {
 		return &req, rpcError(wire.CodeInvalidRequest, "request nests %d levels deep, more than the %d this agent accepts", d, maxDepth)
 	}
 	return &req, nil
-}
-
-// depth is the deepest nesting of arrays and objects in the valid JSON
-// data (a scalar is 0).
-func depth(data []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, c := range data {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			d++
-			deepest = max(deepest, d)
-		case c == '}' || c == ']':
-			d--
-		}
-	}
-	return deepest
 }
 
 // checkVersion accepts any 1.x in the A2A-Version header; an absent header

@@ -132,3 +132,31 @@ func IsCode(err error, code int) bool {
 	var e *RPCError
 	return errors.As(err, &e) && e.Code == code
 }
+
+// Depth is the deepest nesting of arrays and objects in the valid JSON b
+// (a scalar is 0), counted in one pass over the bytes without decoding:
+// a bound checked before a decoder or a deep copy pays for the nesting.
+func Depth(b []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			d++
+			deepest = max(deepest, d)
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return deepest
+}
