@@ -88,6 +88,9 @@ func TestAgentReconnectReRegisters(t *testing.T) {
 			t.Fatalf("closed %d connections of the agent, want 1", n)
 		}
 		awaitRegistrations(t, d, "2", "after the agent's connection was cut")
+		// Its registration makes a2ad probe it at once (it went offline
+		// when cut): reachable within the probe's round trip, not 1 s on.
+		h.awaitReachability("fraud-review", "reachable", 5*time.Second)
 		if got := h.mustCall("delegate", delegateArgs("C-502", 1999, "", 20)); got.State != "completed" {
 			t.Errorf("delegate after the reconnect: %s %q", got.State, got.Reason)
 		}

@@ -9,7 +9,7 @@
 //
 // An agent not reachable (offline, or unknown) is probed every fifth of a
 // period, so that one that reconnects is delegable again within about a
-// second.
+// second, and at once when its record changes (it registered again).
 //
 // Agents are kept apart (docs/isolation.md): at most one probe per agent
 // is in flight, each bounded by [DefaultTimeout], and at most
@@ -84,10 +84,20 @@ func (p *Prober) Run(ctx context.Context) {
 	p.slots, p.wake = make(chan struct{}, conc), make(chan struct{}, 1)
 	p.mu.Unlock()
 	cancel := p.Registry.Subscribe(func(agentID string) {
+		// A change to an agent not reachable is most often the agent
+		// registering again after its connection came back: probed at
+		// once, not at its next fifth of a period, so that it is
+		// delegable again within milliseconds of its registration. The
+		// change a failed probe itself announces makes one more probe,
+		// no loop: an unchanged outcome announces nothing.
+		reprobe := p.Registry.Liveness(agentID).Reachability != agentcard.ReachabilityReachable
 		p.mu.Lock()
 		_, known := p.next[agentID]
+		if known && reprobe && !p.inFlight[agentID] {
+			delete(p.next, agentID)
+		}
 		p.mu.Unlock()
-		if !known {
+		if !known || reprobe {
 			p.poke()
 		}
 	})

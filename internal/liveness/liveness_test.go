@@ -112,3 +112,74 @@ func jsonRPCID(body []byte) string {
 	rest := body[i+6:]
 	return string(rest[:bytes.IndexByte(rest, '"')])
 }
+
+// An offline agent that registers again (its connection came back) is
+// probed at once and delegable again, not at its next scheduled probe: with
+// a period of an hour an offline agent is next probed 12 minutes on, and
+// it is reachable again here within seconds of its registration (issue 18
+// CI: a delegate 60 ms after the agent's re-registration was refused as
+// offline).
+func TestRegistrationReprobesAnOfflineAgent(t *testing.T) {
+	srv, nc, js := natstest.Start(t)
+	reg, err := agentcard.NewRegistry(t.Context(), js, []agentcard.AgentConfig{{ID: "fraud-review", Tenants: []string{"default"}, TrustOnFirstUse: true}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := a2ad.FraudReviewCard()
+	if _, err := reg.Register(t.Context(), "fraud-review", card); err != nil {
+		t.Fatal(err)
+	}
+	agentConn, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentConn.Close()
+	answer := func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"jsonrpc":"2.0","id":"` + jsonRPCID(m.Data) + `","error":{"code":-32001,"message":"task not found"}}`))
+	}
+	sub, err := agentConn.Subscribe(natsbind.RPCSubject("fraud-review"), answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = agentConn.Flush()
+
+	p := &liveness.Prober{Registry: reg, Period: time.Hour, Timeout: 250 * time.Millisecond,
+		Pingers: map[string]liveness.Pinger{agentcard.BindingNATS: natsbind.NewClient(nc)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	wait := func(want agentcard.Reachability, why string) {
+		t.Helper()
+		until := time.Now().Add(10 * time.Second)
+		for reg.Liveness("fraud-review").Reachability != want {
+			if time.Now().After(until) {
+				t.Fatalf("%s: %+v, want %s", why, reg.Liveness("fraud-review"), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait(agentcard.ReachabilityReachable, "first probe")
+
+	// The agent's connection is cut: a delivery finds no responder.
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	_ = agentConn.Flush()
+	reg.Observe("fraud-review", false, "no responder on its NATS subject (fraud-review)", time.Now().UTC())
+	wait(agentcard.ReachabilityOffline, "after the cut")
+	time.Sleep(500 * time.Millisecond) // the probe the change triggers finds no one: still offline
+	if l := reg.Liveness("fraud-review"); l.Reachability != agentcard.ReachabilityOffline {
+		t.Fatalf("with no responder: %+v, want offline", l)
+	}
+
+	// It comes back: subscribes, then registers its card again.
+	if _, err := agentConn.Subscribe(natsbind.RPCSubject("fraud-review"), answer); err != nil {
+		t.Fatal(err)
+	}
+	_ = agentConn.Flush()
+	if _, err := reg.Register(t.Context(), "fraud-review", card); err != nil {
+		t.Fatal(err)
+	}
+	wait(agentcard.ReachabilityReachable, "after the agent registered again")
+}
