@@ -190,10 +190,15 @@ type skillTools struct {
 	// notifications/tools/list_changed reaches only the sessions whose
 	// tenant's per-skill tools changed since the session last listed or
 	// heard of them: gen counts the changes of each tenant's tools (sig:
-	// their names and signatures, as last computed), and each session has
-	// its tenant (from its requests' principal) and the gen it knows.
+	// their names and signatures, as last computed), applied is the gen
+	// the server's tool list has caught up with, and each session has its
+	// tenant (from its requests' principal) and the gen it knows. A
+	// tools/list knows only applied, not gen: one served between a
+	// change's count and the server's AddTool lists the old tools, and
+	// must not swallow the list_changed that follows.
 	nmu     sync.Mutex
 	gen     map[string]uint64
+	applied map[string]uint64
 	sig     map[string]string
 	sessTen map[*mcp.ServerSession]string
 	sessGen map[*mcp.ServerSession]uint64
@@ -341,7 +346,8 @@ func (st *skillTools) recompute(ctx context.Context) error {
 				"agent", a, "tools", perAgent[a], "skills_without_tool", overBy[a], "max_skill_tools_per_agent", e.maxSkillTools)
 		}
 	}
-	st.bumpTenants(want)
+	gens := st.bumpTenants(want)
+	defer st.apply(gens)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var gone []string
@@ -386,7 +392,9 @@ func (st *skillTools) lookup(name string) (*skillTool, bool) {
 // bumpTenants counts a change for every tenant whose tools in want differ
 // from the last computed, before the go-sdk learns of them (it sends
 // list_changed 10 ms after the last change), and forgets closed sessions.
-func (st *skillTools) bumpTenants(want map[string]*skillTool) {
+// It returns every tenant's gen, for [skillTools.apply] once the server
+// lists the tools in want.
+func (st *skillTools) bumpTenants(want map[string]*skillTool) map[string]uint64 {
 	sigs := map[string]string{}
 	for _, n := range slices.Sorted(maps.Keys(want)) {
 		for _, t := range want[n].tenants {
@@ -399,10 +407,7 @@ func (st *skillTools) bumpTenants(want map[string]*skillTool) {
 	}
 	st.nmu.Lock()
 	defer st.nmu.Unlock()
-	if st.gen == nil {
-		st.gen, st.sig = map[string]uint64{}, map[string]string{}
-		st.sessTen, st.sessGen = map[*mcp.ServerSession]string{}, map[*mcp.ServerSession]uint64{}
-	}
+	st.initGens()
 	for t := range st.sig {
 		if _, ok := sigs[t]; !ok {
 			sigs[t] = ""
@@ -420,6 +425,23 @@ func (st *skillTools) bumpTenants(want map[string]*skillTool) {
 			delete(st.sessGen, ss)
 		}
 	}
+	return maps.Clone(st.gen)
+}
+
+// apply notes that the server's tool list is as of gens.
+func (st *skillTools) apply(gens map[string]uint64) {
+	st.nmu.Lock()
+	defer st.nmu.Unlock()
+	for t, g := range gens {
+		st.applied[t] = max(st.applied[t], g)
+	}
+}
+
+func (st *skillTools) initGens() {
+	if st.gen == nil {
+		st.gen, st.applied, st.sig = map[string]uint64{}, map[string]uint64{}, map[string]string{}
+		st.sessTen, st.sessGen = map[*mcp.ServerSession]string{}, map[*mcp.ServerSession]uint64{}
+	}
 }
 
 // sessionSeen notes the tenant of a session's request; listed, that the
@@ -427,14 +449,11 @@ func (st *skillTools) bumpTenants(want map[string]*skillTool) {
 func (st *skillTools) sessionSeen(ss *mcp.ServerSession, tenant string, listed bool) {
 	st.nmu.Lock()
 	defer st.nmu.Unlock()
-	if st.gen == nil {
-		st.gen, st.sig = map[string]uint64{}, map[string]string{}
-		st.sessTen, st.sessGen = map[*mcp.ServerSession]string{}, map[*mcp.ServerSession]uint64{}
-	}
+	st.initGens()
 	_, known := st.sessTen[ss]
 	st.sessTen[ss] = tenant
 	if listed || !known {
-		st.sessGen[ss] = st.gen[tenant]
+		st.sessGen[ss] = max(st.sessGen[ss], st.applied[tenant])
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/a2ad/a2ad/agentcard"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 var hostToolName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`)
@@ -210,5 +211,31 @@ func TestSkillTitleAndDescriptionQuoteTheID(t *testing.T) {
 		if got := skillDescription("mallory", c2.id, c, w); got != c2.desc {
 			t.Errorf("description of %.20q = %q\nwant %q", c2.id, got, c2.desc)
 		}
+	}
+}
+
+// A tools/list served after a change is counted but before the server's
+// AddTool lists the old tools; the list_changed that follows must still
+// reach that session (cmd/a2ad TestAgentLivenessOverNATS under load: a
+// host connected as the agent's tool was being added never heard of it).
+// A list served after the change is applied knows it, and is not told.
+func TestListBeforeAToolIsAddedKeepsTheNotification(t *testing.T) {
+	st := &skillTools{s: mcp.NewServer(&mcp.Implementation{Name: "t", Version: "1"}, nil)}
+	ss := &mcp.ServerSession{}
+	tool := &skillTool{sig: "fraud-review__assess_refund_risk v1", tenants: []string{"default"}}
+	gens := st.bumpTenants(map[string]*skillTool{"fraud-review__assess_refund_risk": tool})
+	st.sessionSeen(ss, "default", true) // lists the old tools: none
+	st.apply(gens)                      // the server now lists the tool
+	if !st.notifyFor(ss) {
+		t.Fatal("the session that listed before the tool was added is not told of it")
+	}
+	if st.notifyFor(ss) {
+		t.Error("told twice of one change")
+	}
+
+	other := &mcp.ServerSession{}
+	st.sessionSeen(other, "default", true) // lists after the change was applied
+	if st.notifyFor(other) {
+		t.Error("a session that listed the current tools is told they changed")
 	}
 }
