@@ -54,7 +54,10 @@ func TestMain(m *testing.M) {
 	// This package runs the real binary, race-instrumented, through crash
 	// and restart tests that wait out leases and reconciliation graces:
 	// more than go test's default 10 minutes under -race on two cores. Only
-	// that default is raised; a -timeout given on the command line stands.
+	// that default is raised, and only for the test binary run directly:
+	// `go test` itself kills a package's binary one minute after its own
+	// -timeout (default 10 m), which is why the README's test command
+	// passes -timeout 30m.
 	flag.Parse()
 	if f := flag.Lookup("test.timeout"); f != nil && f.Value.String() == (10*time.Minute).String() {
 		_ = f.Value.Set((25 * time.Minute).String())
