@@ -389,6 +389,11 @@ func (f *adminFlags) request(ctx context.Context, method, path string, body any)
 // words when TLS is why (the server's certificate not verified, a client
 // certificate refused), with the library's reason after them.
 func reachError(server string, err error) error {
+	return codedError("unreachable", reachReason(server, err))
+}
+
+// reachReason is reachError's message.
+func reachReason(server string, err error) error {
 	var unknown x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
 	var host x509.HostnameError
@@ -410,16 +415,36 @@ func reachError(server string, err error) error {
 	return fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
 }
 
-// answerError is the error of a non-200 answer: its code and message when
-// it is the API's JSON error.
+// answerError is the error of a non-200 answer, "CODE: MESSAGE" with the
+// API's code (task_not_found, task_terminal, invalid_argument, …) as its
+// --json code when the answer is the API's JSON error; else "a2ad
+// answered STATUS" with a code from the HTTP status (unauthorized,
+// forbidden, not_found, conflict, unavailable, internal).
 func answerError(resp *http.Response, raw []byte) error {
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-		return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+		return codedError(e.Error.Code, fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message))
 	}
-	return fmt.Errorf("a2ad answered %s", resp.Status)
+	code := "internal"
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		code = "unauthorized"
+	case http.StatusForbidden:
+		code = "forbidden"
+	case http.StatusNotFound:
+		code = "not_found"
+	case http.StatusConflict:
+		code = "conflict"
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		code = "unavailable"
+	}
+	msg := fmt.Sprintf("a2ad answered %s", resp.Status)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		msg += ": the token is refused (a2ad needs one with scope a2a:admin, for this daemon's audience, not expired)"
+	}
+	return codedError(code, errors.New(msg))
 }
 
 func printTaskTable(w io.Writer, recs []*task.Record, now time.Time) error {

@@ -139,12 +139,12 @@ func adminToken(server, token, dataDir string) (string, error) {
 		return token, nil
 	}
 	if _, err := os.Stat(mcpedge.DevKeyPath(dataDir)); err != nil {
-		return "", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key")
+		return "", codedError("unauthorized", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key"))
 	}
 	aud := devAudience(dataDir)
 	if origin(aud) != origin(server) {
-		return "", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
-			dataDir, origin(aud), origin(server), origin(aud), origin(server))
+		return "", codedError("unauthorized", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
+			dataDir, origin(aud), origin(server), origin(aud), origin(server)))
 	}
 	return mcpedge.MintDevToken(dataDir, aud, "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natsauth"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/tracing"
+	"github.com/a2ad/a2ad/internal/version"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -528,7 +529,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux.Handle("/v1/", originGuard(origins, d.obs.httpRefused, loopbackHostOnly(ln.Addr(), adminAPI)))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/healthz", healthz)
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
 		// HTTP agents' push notifications: outside host authentication, each
@@ -929,4 +930,13 @@ func loopbackHostOnly(addr net.Addr, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// healthz is GET /healthz, the liveness probe: 200 with
+// {"status":"ok","version":"…"} (application/json; the version is
+// version.Get's) while the process serves HTTP.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": version.Get().Version})
 }
