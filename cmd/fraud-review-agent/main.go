@@ -11,7 +11,7 @@
 //	    [--slow-for 3s]
 //
 // The credential is the agent's identity: mint it with `a2ad agents
-// credential fraud-review > fraud-review.jwt`. It may also come from the
+// credential fraud-review --out fraud-review.jwt`. It may also come from the
 // environment, A2AD_AGENT_CREDENTIAL (the token) or
 // A2AD_AGENT_CREDENTIAL_FILE. The agent id defaults to the credential's
 // subject. On a2ad's embedded NATS server the credential is the connection's
@@ -72,7 +72,7 @@ func run(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("fraud-review-agent", flag.ContinueOnError)
 	natsURL := fs.String("nats-url", cmp.Or(os.Getenv("NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env NATS_URL, as the nats CLI reads it, keeps a password in the URL out of the process list)")
 	agentID := fs.String("agent-id", "", "agent id on the binding (default: the sub of its credential, else fraud-review)")
-	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
+	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID --out FILE` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
 	caFile := fs.String("nats-ca", os.Getenv("A2AD_NATS_CA"), "CA certificate (PEM) that verifies the NATS server: TLS only (env A2AD_NATS_CA)")
 	clientCert := fs.String("nats-client-cert", "", "client certificate (PEM) for a NATS server that verifies clients")
 	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
@@ -118,7 +118,7 @@ func run(args []string, log *slog.Logger) error {
 		}
 	}
 	if cred == "" {
-		log.Warn("no agent credential: a2ad's embedded NATS server and its registry refuse this agent (mint one with `a2ad agents credential ID`)")
+		log.Warn("no agent credential: a2ad's embedded NATS server and its registry refuse this agent (mint one with `a2ad agents credential ID --out FILE`)")
 	} else if sub := credentialSubject(cred); sub != *agentID {
 		return fmt.Errorf("the credential is for agent %q, not --agent-id %q", sub, *agentID)
 	}
@@ -207,7 +207,7 @@ func run(args []string, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err := <-closed:
 		agent.Stop()
-		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
+		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s --out FILE` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
 	}
 	// SIGTERM drains: running tasks may finish for --shutdown-timeout;
 	// those still running then are published TASK_STATE_FAILED.
