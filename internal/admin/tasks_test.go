@@ -394,7 +394,7 @@ func TestWatchTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.TaskID != "tsk-acme" || c.State != task.Canceled || c.Tenant != "acme" || c.AgentID != "fraud-review" ||
-		c.Reason != task.ReasonCanceledByHost || c.Event != task.EventCancel || c.UpdatedAt.IsZero() {
+		c.Reason != task.ReasonCanceledByOperator || c.Event != task.EventCancel || c.UpdatedAt.IsZero() {
 		t.Errorf("change %+v", c)
 	}
 
