@@ -24,8 +24,8 @@ const (
 	// the admin API (a2ad tasks cancel); the transition's By is the
 	// operator's token subject and its Note their reason.
 	ReasonCanceledByOperator = "canceled_by_operator"
-	ReasonAgentFailed      = "agent_failed"
-	ReasonAgentRejected    = "agent_rejected"
+	ReasonAgentFailed        = "agent_failed"
+	ReasonAgentRejected      = "agent_rejected"
 	// ReasonDeliveryUnknown ends a task whose brief or answer went to an
 	// agent that does not deduplicate messageId (an HTTP agent) with an
 	// unknown outcome, when a2ad cannot tell whether the agent has it:
