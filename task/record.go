@@ -20,8 +20,12 @@ const (
 	ReasonArtifactTooLarge = "artifact_too_large"
 	ReasonDeadlineExceeded = "deadline_exceeded"
 	ReasonCanceledByHost   = "canceled_by_host"
-	ReasonAgentFailed      = "agent_failed"
-	ReasonAgentRejected    = "agent_rejected"
+	// ReasonCanceledByOperator ends a task an operator canceled through
+	// the admin API (a2ad tasks cancel); the transition's By is the
+	// operator's token subject and its Note their reason.
+	ReasonCanceledByOperator = "canceled_by_operator"
+	ReasonAgentFailed        = "agent_failed"
+	ReasonAgentRejected      = "agent_rejected"
 	// ReasonDeliveryUnknown ends a task whose brief or answer went to an
 	// agent that does not deduplicate messageId (an HTTP agent) with an
 	// unknown outcome, when a2ad cannot tell whether the agent has it:
@@ -34,6 +38,9 @@ const (
 	SourceAgent  = "agent"
 	SourceHost   = "host"
 	SourceDaemon = "daemon"
+	// SourceOperator is an operator's action through the admin API
+	// (scope a2a:admin); By is their token subject.
+	SourceOperator = "operator"
 )
 
 // Transition is one entry of a task's history: an applied or refused move.
@@ -51,8 +58,13 @@ type Transition struct {
 	Pointer string `json:"pointer,omitempty"`
 	MsgID   string `json:"msg_id,omitempty"`
 	// By is the subject of the host principal behind a host transition
-	// (submit, answer, cancel): tasks are shared within their tenant.
+	// (submit, answer, cancel), or of the operator's token behind an
+	// operator's (source operator): tasks are shared within their tenant.
 	By string `json:"by,omitempty"`
+	// Note is the text an operator gave with their action (a2ad tasks
+	// cancel --reason), at most 1024 bytes; the same text is in the audit
+	// record of the transition.
+	Note string `json:"note,omitempty"`
 }
 
 // Artifact is a validated artifact as hosts receive it.

@@ -41,7 +41,7 @@ func TestAgentRunsWithTheCredentialTheOperatorMinted(t *testing.T) {
 	_, natsURL, _ := serveHTTP(t, dataDir)
 	dir := t.TempDir()
 	mintTo := func(id string) string {
-		out, err := exec.Command(bin, "agents", "credential", id, "--data-dir", dataDir).Output()
+		out, err := exec.Command(bin, "agents", "credential", id, "--out", "-", "--data-dir", dataDir).Output()
 		if err != nil {
 			t.Fatalf("agents credential %s: %v", id, err)
 		}

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -106,29 +108,45 @@ func newAgents() *cobra.Command {
 	}
 	quarantine.Flags().StringVar(&reason, "reason", "", "why (default: quarantined by operator)")
 	var ttl time.Duration
-	var natsURL, natsCA string
+	var natsURL, natsCA, outPath string
 	var replicas int
+	var force bool
 	credential := &cobra.Command{
-		Use:   "credential ID [--ttl 2160h]",
-		Short: "Mint the agent's NATS identity: a credential for agent id ID, printed on stdout",
+		Use:   "credential ID --out FILE|- [--force] [--ttl 2160h]",
+		Short: "Mint the agent's NATS identity: a credential for agent id ID, written to --out FILE (mode 0600) or, with --out -, stdout",
 		Long: `Mint an agent credential: a JWT signed by a2ad whose subject is the agent id.
 The agent presents it as its NATS connection token (on the embedded server it
 then gets its own subjects only: docs/nats-binding.md §10) and with its
 registration (Authorization: Bearer). Anyone holding it can act as the agent:
 store it like a password. It expires after --ttl (default 90 days, at most 400).
-Its jti is printed on stderr and recorded in the audit trail:
+
+--out FILE writes it to a new file readable by its owner only (mode 0600); an
+existing file is refused unless --force, which replaces it (written aside and
+renamed: never half-written). --out - writes it to stdout, for a pipe or a
+secret store; a plain redirect would leave it in a file of mode 0644. Its jti
+is printed on stderr (with --json, the answer without the credential when it
+went to a file) and recorded in the audit trail:
 ` + "`a2ad agents revoke ID --credential JTI`" + ` revokes that one credential before it expires.
 
-  a2ad agents credential fraud-review > fraud-review.jwt
+  a2ad agents credential fraud-review --out fraud-review.jwt
   fraud-review-agent --credential-file fraud-review.jwt`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if ttl < 0 || ttl > agentcred.MaxTTL {
-				return fmt.Errorf("--ttl %s: want 0 (default 2160h) up to %s", ttl, agentcred.MaxTTL)
+				return usageError("--ttl %s: want 0 (default 2160h) up to %s", ttl, agentcred.MaxTTL)
 			}
+			if outPath == "" {
+				return usageError("agents credential: pass --out FILE (written with mode 0600) or --out - (stdout): a credential is a secret, and a redirect of stdout leaves it in a file others may read")
+			}
+			// The file is claimed before anything is minted: a refusal
+			// mints nothing and records nothing.
+			out, err := openSecretFile(outPath, force)
+			if err != nil {
+				return err
+			}
+			defer out.abort()
 			var res admin.Credential
 			var raw []byte
-			var err error
 			if natsURL != "" {
 				res, err = mintDirect(c.Context(), c.ErrOrStderr(), natsURL, natsCA, f.dataDir, replicas, args[0], ttl)
 				if err == nil {
@@ -142,15 +160,27 @@ Its jti is printed on stderr and recorded in the audit trail:
 			if err != nil {
 				return err
 			}
-			if f.asJSON {
-				_, err := c.OutOrStdout().Write(raw)
+			if outPath == "-" {
+				if f.asJSON {
+					_, err := c.OutOrStdout().Write(raw)
+					return err
+				}
+				fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, jti %s, expires %s\n", res.AgentID, res.JTI, res.ExpiresAt.Format(time.RFC3339))
+				_, err = fmt.Fprintln(c.OutOrStdout(), res.Credential)
 				return err
 			}
-			fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, jti %s, expires %s\n", res.AgentID, res.JTI, res.ExpiresAt.Format(time.RFC3339))
-			_, err = fmt.Fprintln(c.OutOrStdout(), res.Credential)
-			return err
+			if err := out.commit(res.Credential + "\n"); err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeIndented(c.OutOrStdout(), credentialFile{AgentID: res.AgentID, JTI: res.JTI, ExpiresAt: res.ExpiresAt, File: outPath})
+			}
+			fmt.Fprintf(c.ErrOrStderr(), "credential for agent %s, jti %s, expires %s, written to %s (mode 0600)\n", res.AgentID, res.JTI, res.ExpiresAt.Format(time.RFC3339), outPath)
+			return nil
 		},
 	}
+	credential.Flags().StringVarP(&outPath, "out", "o", "", "write the credential to this new file, mode 0600 (required; - for stdout)")
+	credential.Flags().BoolVar(&force, "force", false, "with --out FILE: replace the file if it exists")
 	credential.Flags().DurationVar(&ttl, "ttl", 0, "lifetime (default 2160h = 90 days; at most 9600h = 400 days)")
 	credential.Flags().StringVar(&natsURL, "nats-url", "", "mint without the admin API, with the key a2ad keeps in NATS (for stdio-only set-ups); needs a2ad's NATS user: in the URL, or the embedded server's from --data-dir")
 	credential.Flags().StringVar(&natsCA, "nats-ca", "", "with --nats-url: the CA certificate (PEM) that verifies the NATS server over TLS (the issuer of nats_tls.cert_file)")
@@ -205,6 +235,98 @@ approved again.
 	revoke.Flags().BoolVar(&quarantineToo, "quarantine", false, "quarantine the agent too: no new delegation goes to it until its card is approved again")
 	cmd.AddCommand(list, show, approve, quarantine, credential, revoke, newCheckCard(&f))
 	return cmd
+}
+
+// credentialFile is `agents credential --out FILE --json`: the answer of
+// the admin API without the credential, and the file that holds it.
+type credentialFile struct {
+	AgentID   string    `json:"agent_id"`
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expires_at"`
+	File      string    `json:"file"`
+}
+
+// secretFile is a file claimed for a secret before it is known: commit
+// writes it (mode 0600), abort removes what commit did not finish. For
+// "-" (stdout) both do nothing.
+type secretFile struct {
+	path, tmp string
+	f         *os.File
+	done      bool
+}
+
+// openSecretFile claims path: a new file (O_EXCL, mode 0600), or with
+// force a temporary file beside it that commit renames over it. An
+// existing file without force is refused with code file_exists.
+func openSecretFile(path string, force bool) (*secretFile, error) {
+	if path == "-" {
+		return &secretFile{done: true}, nil
+	}
+	s := &secretFile{path: path}
+	var err error
+	if force {
+		s.f, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+		if err == nil {
+			s.tmp = s.f.Name()
+			err = s.f.Chmod(0o600)
+		}
+	} else {
+		s.f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return nil, codedError("file_exists", fmt.Errorf("--out %s: the file exists; the credential was not minted (pass --force to replace it, or another file)", path))
+	case err != nil:
+		s.abort()
+		return nil, codedError("file_not_written", fmt.Errorf("--out %s: cannot create the file: %w", path, unwrapPath(err)))
+	}
+	return s, nil
+}
+
+func (s *secretFile) commit(content string) error {
+	if s.done {
+		return nil
+	}
+	_, err := s.f.WriteString(content)
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && s.tmp != "" {
+		err = os.Rename(s.tmp, s.path)
+	}
+	if err != nil {
+		return codedError("file_not_written", fmt.Errorf("--out %s: not written, the credential is lost (revoke its jti): %w", s.path, unwrapPath(err)))
+	}
+	s.done = true
+	return nil
+}
+
+func (s *secretFile) abort() {
+	if s.done {
+		return
+	}
+	s.done = true
+	if s.f != nil {
+		_ = s.f.Close()
+		_ = os.Remove(cmp.Or(s.tmp, s.path))
+	}
+}
+
+// unwrapPath is the reason of an *fs.PathError without the path (the
+// message names it already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }
 
 // printAgents is `agents list`: one agent a line; REACHABLE is whether

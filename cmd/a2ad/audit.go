@@ -104,6 +104,9 @@ func details(r audit.Record) string {
 	if r.Reason != "" {
 		d = append(d, "reason="+strconv.Quote(r.Reason))
 	}
+	if r.Note != "" {
+		d = append(d, "note="+strconv.Quote(r.Note))
+	}
 	if r.BriefDigest != "" && r.Kind != audit.KindTransition {
 		d = append(d, "brief="+r.BriefDigest)
 	}

@@ -365,7 +365,7 @@ func agentOn(t *testing.T, url, cred string, misbehave map[string]string) *refag
 // embedded server's a2ad password; "" for an external NATS).
 func credentialFor(t *testing.T, url, dataDir string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"agents", "credential", "fraud-review", "--nats-url", url, "--ttl", "1h"}, extra...)
+	args := append([]string{"agents", "credential", "fraud-review", "--out", "-", "--nats-url", url, "--ttl", "1h"}, extra...)
 	if dataDir != "" {
 		args = append(args, "--data-dir", dataDir)
 	}

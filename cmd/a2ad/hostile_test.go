@@ -121,7 +121,7 @@ func (r *rig) connect() {
 // data directory of d.
 func credential(t *testing.T, d *daemonProc, id string) string {
 	t.Helper()
-	out, err := exec.Command(bin, "agents", "credential", id, "--data-dir", d.DataDir, "--server", d.HTTP, "--ttl", "1h").Output()
+	out, err := exec.Command(bin, "agents", "credential", id, "--out", "-", "--data-dir", d.DataDir, "--server", d.HTTP, "--ttl", "1h").Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -122,7 +122,7 @@ func healthz(c net.Conn, r *bufio.Reader) error {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || string(b) != "ok\n" || resp.Close {
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(b), `{"status":"ok","version":"`) || resp.Close {
 		return fmt.Errorf("GET /healthz: %d %q close=%v", resp.StatusCode, b, resp.Close)
 	}
 	return nil

@@ -6,8 +6,9 @@
 //	a2ad mcp [--url URL | --data-dir DIR] [--token-file F | --principal NAME --config F | --subject S [--tenant T] [--scope "…"]] [--ca F]
 //	a2ad demo
 //	a2ad tasks list [--state S --agent A --tenant T --older-than D --all]|get ID|cancel ID|watch [--server URL] [--json] [--token T | --data-dir D]
-//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID [--ttl D]|check-card FILE [--agent ID]
+//	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID --out FILE|- [--ttl D]|check-card FILE [--agent ID]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
+//	a2ad version [--json] | a2ad --version | a2ad completion bash|zsh|fish|powershell
 //	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F]
 //
 // This file only parses flags and wires packages.
@@ -32,9 +33,7 @@ import (
 )
 
 func main() {
-	if err := newRoot(os.Stdout, os.Stderr).Execute(); err != nil {
-		os.Exit(1)
-	}
+	os.Exit(run(newRoot(os.Stdout, os.Stderr), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -47,6 +46,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(), newMCP(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
+	configureRoot(root) // last: it wraps every command's argument check
 	return root
 }
 

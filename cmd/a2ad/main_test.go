@@ -254,7 +254,7 @@ func TestServeHTTPAndTasksCLI(t *testing.T) {
 	cmd, natsURL, httpURL := serveHTTP(t, dataDir)
 	// The agent's credential, minted through the admin API of the daemon
 	// of dataDir (the CLI's default path).
-	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--data-dir", dataDir, "--ttl", "1h").Output()
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--out", "-", "--data-dir", dataDir, "--ttl", "1h").Output()
 	if err != nil {
 		t.Fatalf("a2ad agents credential: %v", err)
 	}

@@ -32,7 +32,7 @@ func TestAgentOverNATSTLS(t *testing.T) {
 	}
 
 	// Without the CA the operator's tool cannot verify the server.
-	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--nats-url", d.NATS, "--data-dir", dataDir).CombinedOutput()
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--out", "-", "--nats-url", d.NATS, "--data-dir", dataDir).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "x509: certificate signed by unknown authority (give the CA that issued the server's certificate with --nats-ca FILE)") {
 		t.Errorf("agents credential without --nats-ca: %v\n%s", err, out)
 	}

@@ -24,7 +24,7 @@ import (
 // d's admin API, --json: the credential and its jti.
 func mintCredential(t *testing.T, d *daemonProc, id string) admin.Credential {
 	t.Helper()
-	out, err := exec.Command(bin, "agents", "credential", id, "--data-dir", d.DataDir, "--server", d.HTTP, "--ttl", "1h", "--json").Output()
+	out, err := exec.Command(bin, "agents", "credential", id, "--out", "-", "--data-dir", d.DataDir, "--server", d.HTTP, "--ttl", "1h", "--json").Output()
 	if err != nil {
 		t.Fatalf("a2ad agents credential %s: %v", id, err)
 	}
@@ -288,7 +288,7 @@ func TestRevokedAgentProcessExits(t *testing.T) {
 // README) were missing from the audit trail the docs promise them in.
 func TestCredentialMintedOverNATSIsAudited(t *testing.T) {
 	d := startDaemon(t, nil, "--config", configFile(t, ""), "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:-1", "--http-addr", "127.0.0.1:0")
-	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--nats-url", d.NATS, "--data-dir", d.DataDir, "--ttl", "1h", "--json").Output()
+	out, err := exec.Command(bin, "agents", "credential", "fraud-review", "--out", "-", "--nats-url", d.NATS, "--data-dir", d.DataDir, "--ttl", "1h", "--json").Output()
 	if err != nil {
 		t.Fatalf("a2ad agents credential --nats-url: %v", err)
 	}

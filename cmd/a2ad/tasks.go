@@ -30,6 +30,10 @@ import (
 type adminFlags struct {
 	server, token, dataDir string
 	asJSON                 bool
+	// as is the subject of the admin token minted with --data-dir's
+	// development key: the operator's name in task histories and the
+	// audit trail (--as; default a2ad-cli).
+	as string
 	// caFile, certFile and keyFile are the TLS of an https server: the CAs
 	// to verify it with besides the system's, and a client certificate
 	// (mTLS, tls.client_ca_file) — see adminTLS.
@@ -46,11 +50,21 @@ func (f *adminFlags) bind(cmd *cobra.Command) {
 	pf.StringVar(&f.dataDir, "data-dir", "./a2ad-data", "data directory of the daemon, for its development key")
 	pf.StringVar(&f.caFile, "ca", os.Getenv("A2AD_CA_FILE"), "PEM CA certificates to verify an https server with, besides the system's (env A2AD_CA_FILE)")
 	pf.StringVar(&f.certFile, "cert", os.Getenv("A2AD_CLIENT_CERT"), "PEM client certificate for an admin API that requires one (tls.client_ca_file; env A2AD_CLIENT_CERT)")
+	pf.StringVar(&f.as, "as", defaultOperator, "operator name: the subject of the admin token minted with --data-dir's key, recorded in task histories and the audit trail (with --token, its own subject is)")
 	pf.StringVar(&f.keyFile, "key", os.Getenv("A2AD_CLIENT_KEY"), "PEM private key of --cert (env A2AD_CLIENT_KEY)")
-	cmd.PersistentPreRun = func(*cobra.Command, []string) {
+	cmd.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		if f.server == "" {
 			f.server = cmp.Or(serverOf(f.dataDir), "http://127.0.0.1:8080")
 		}
+		if c.Flags().Changed("as") {
+			if err := checkOperatorName(f.as); err != nil {
+				return err
+			}
+			if f.token != "" {
+				return usageError("--as %s: names the operator of a token this CLI mints; --token (or A2AD_TOKEN) is used as given, and its own subject is the operator", f.as)
+			}
+		}
+		return nil
 	}
 }
 
@@ -192,8 +206,8 @@ func newTasks() *cobra.Command {
 	}
 	var reason string
 	cancel := &cobra.Command{
-		Use:   "cancel ID [--reason R]",
-		Short: "Cancel an open task as its host would (the agent gets CancelTask); the reason goes to the audit trail",
+		Use:   "cancel ID [--reason R] [--as NAME]",
+		Short: "Cancel an open task (the agent gets CancelTask): recorded as canceled_by_operator, by you, with your reason, in the task and the audit trail",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rec task.Record
@@ -204,7 +218,7 @@ func newTasks() *cobra.Command {
 			return f.showTask(cmd, raw, &rec)
 		},
 	}
-	cancel.Flags().StringVar(&reason, "reason", "", "why, for the audit trail (at most 1024 bytes)")
+	cancel.Flags().StringVar(&reason, "reason", "", "why: kept in the task's history (note) and its audit record (at most 1024 bytes)")
 	var watchFilter taskFilterFlags
 	watch := &cobra.Command{
 		Use:   "watch [--state s1,s2] [--agent A] [--tenant T]",
@@ -362,7 +376,7 @@ func (f *adminFlags) callJSON(method, path string, body any, v any) ([]byte, err
 
 // request builds an authorized admin API request with an optional JSON body.
 func (f *adminFlags) request(ctx context.Context, method, path string, body any) (*http.Request, error) {
-	tok, err := adminToken(f.server, f.token, f.dataDir)
+	tok, err := adminToken(f.server, f.token, f.dataDir, cmp.Or(f.as, defaultOperator))
 	if err != nil {
 		return nil, err
 	}
@@ -389,6 +403,11 @@ func (f *adminFlags) request(ctx context.Context, method, path string, body any)
 // words when TLS is why (the server's certificate not verified, a client
 // certificate refused), with the library's reason after them.
 func reachError(server string, err error) error {
+	return codedError("unreachable", reachReason(server, err))
+}
+
+// reachReason is reachError's message.
+func reachReason(server string, err error) error {
 	var unknown x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
 	var host x509.HostnameError
@@ -410,16 +429,36 @@ func reachError(server string, err error) error {
 	return fmt.Errorf("cannot reach a2ad at %s (is `a2ad serve` running?): %w", server, err)
 }
 
-// answerError is the error of a non-200 answer: its code and message when
-// it is the API's JSON error.
+// answerError is the error of a non-200 answer, "CODE: MESSAGE" with the
+// API's code (task_not_found, task_terminal, invalid_argument, …) as its
+// --json code when the answer is the API's JSON error; else "a2ad
+// answered STATUS" with a code from the HTTP status (unauthorized,
+// forbidden, not_found, conflict, unavailable, internal).
 func answerError(resp *http.Response, raw []byte) error {
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-		return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+		return codedError(e.Error.Code, fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message))
 	}
-	return fmt.Errorf("a2ad answered %s", resp.Status)
+	code := "internal"
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		code = "unauthorized"
+	case http.StatusForbidden:
+		code = "forbidden"
+	case http.StatusNotFound:
+		code = "not_found"
+	case http.StatusConflict:
+		code = "conflict"
+	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+		code = "unavailable"
+	}
+	msg := fmt.Sprintf("a2ad answered %s", resp.Status)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		msg += ": the token is refused (a2ad needs one with scope a2a:admin, for this daemon's audience, not expired)"
+	}
+	return codedError(code, errors.New(msg))
 }
 
 func printTaskTable(w io.Writer, recs []*task.Record, now time.Time) error {
@@ -477,6 +516,9 @@ func printTask(w io.Writer, r *task.Record, now time.Time) error {
 	fmt.Fprintln(tw, "  AT\tEVENT\tFROM\tTO\tSOURCE\tBY\tNOTE")
 	for _, h := range r.History {
 		note := h.Reason
+		if h.Note != "" {
+			note += " " + strconv.Quote(h.Note)
+		}
 		if h.Refused && !strings.HasPrefix(note, "refused") {
 			note = "refused " + note
 		}

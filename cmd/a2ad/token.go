@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -128,25 +129,44 @@ func serverOf(dataDir string) string {
 	return origin(string(bytes.TrimSpace(b)))
 }
 
+// defaultOperator is the subject of the admin token the CLI mints when
+// --as does not name the operator.
+const defaultOperator = "a2ad-cli"
+
+// operatorName is what --as takes: 1 to 64 of letters, digits and
+// . _ @ -, starting with a letter or digit (an e-mail address or a login
+// fits; it lands in task histories, audit records and log lines).
+var operatorName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
+
+// checkOperatorName refuses an --as that operatorName does not match, as
+// a usage error.
+func checkOperatorName(name string) error {
+	if !operatorName.MatchString(name) {
+		return usageError("--as %q: want an operator name of 1 to 64 letters, digits and . _ @ -, starting with a letter or digit (e.g. alice, alice@example.com)", name)
+	}
+	return nil
+}
+
 // adminToken is the bearer token `a2ad tasks` sends: --token or A2AD_TOKEN,
-// else a 5-minute a2a:admin token minted with the development key of
-// dataDir when it has one (an operator on the daemon's host).
+// else a 5-minute a2a:admin token with subject operator minted with the
+// development key of dataDir when it has one (an operator on the daemon's
+// host).
 //
 // The minted token goes only to the daemon it is for: server must be the
 // origin of the audience that daemon verifies.
-func adminToken(server, token, dataDir string) (string, error) {
+func adminToken(server, token, dataDir, operator string) (string, error) {
 	if token != "" {
 		return token, nil
 	}
 	if _, err := os.Stat(mcpedge.DevKeyPath(dataDir)); err != nil {
-		return "", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key")
+		return "", codedError("unauthorized", errors.New("the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key"))
 	}
 	aud := devAudience(dataDir)
 	if origin(aud) != origin(server) {
-		return "", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
-			dataDir, origin(aud), origin(server), origin(aud), origin(server))
+		return "", codedError("unauthorized", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
+			dataDir, origin(aud), origin(server), origin(aud), origin(server)))
 	}
-	return mcpedge.MintDevToken(dataDir, aud, "a2ad-cli", "default", mcpedge.ScopeAdmin, 5*time.Minute)
+	return mcpedge.MintDevToken(dataDir, aud, operator, "default", mcpedge.ScopeAdmin, 5*time.Minute)
 }
 
 // origin is scheme://host:port of a URL ("" if it is not one).

@@ -47,7 +47,7 @@ func TestTypeScriptAgentSpeaksTheBinding(t *testing.T) {
 	}
 
 	// The operator mints the agent's credential into a file.
-	cred, err := exec.Command(bin, "agents", "credential", "ts-review", "--data-dir", dataDir, "--ttl", "1h").Output()
+	cred, err := exec.Command(bin, "agents", "credential", "ts-review", "--out", "-", "--data-dir", dataDir, "--ttl", "1h").Output()
 	if err != nil {
 		t.Fatalf("a2ad agents credential: %v", err)
 	}

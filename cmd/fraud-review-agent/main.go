@@ -11,7 +11,7 @@
 //	    [--slow-for 3s]
 //
 // The credential is the agent's identity: mint it with `a2ad agents
-// credential fraud-review > fraud-review.jwt`. It may also come from the
+// credential fraud-review --out fraud-review.jwt`. It may also come from the
 // environment, A2AD_AGENT_CREDENTIAL (the token) or
 // A2AD_AGENT_CREDENTIAL_FILE. The agent id defaults to the credential's
 // subject. On a2ad's embedded NATS server the credential is the connection's
@@ -41,6 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -60,25 +61,64 @@ import (
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(os.Args[1:], log); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		var ue *usageError
+		switch {
+		case errors.Is(err, flag.ErrHelp):
 			os.Exit(0)
+		case errors.As(err, &ue):
+			fmt.Fprintf(os.Stderr, "fraud-review-agent: %v\nRun 'fraud-review-agent --help' for usage.\n", ue.err)
+			os.Exit(2)
 		}
 		log.Error("fraud-review-agent", "err", err)
 		os.Exit(1)
 	}
 }
 
+// usageError is a wrong command line: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+
+// printUsage writes --help: what the agent is, the usage line, then each
+// flag as --name TYPE, its description and its default (a built-in one:
+// defaults from the environment are never shown).
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `fraud-review-agent: the reference A2A agent of a2ad (deterministic fraud review), over NATS or, with --http, A2A 1.0 HTTP.
+
+Usage:
+  fraud-review-agent --credential-file FILE [--nats-url URL] [flags]
+  fraud-review-agent --http ADDR [flags]
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + strings.ToUpper(name)
+		}
+		fmt.Fprintf(w, "%s\n      %s", line, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
 func run(args []string, log *slog.Logger) error {
 	fs := flag.NewFlagSet("fraud-review-agent", flag.ContinueOnError)
-	natsURL := fs.String("nats-url", cmp.Or(os.Getenv("NATS_URL"), "nats://127.0.0.1:4222"), "NATS server URL(s), comma-separated (env NATS_URL, as the nats CLI reads it, keeps a password in the URL out of the process list)")
+	// Flags that the environment may set default to "" here and are
+	// resolved after parsing: --help must never print an environment
+	// value (NATS_URL holds a password).
+	natsURL := fs.String("nats-url", "", "NATS server URL(s), comma-separated (default: env NATS_URL, as the nats CLI reads it, which keeps a password in the URL out of the process list; else nats://127.0.0.1:4222)")
 	agentID := fs.String("agent-id", "", "agent id on the binding (default: the sub of its credential, else fraud-review)")
-	credFile := fs.String("credential-file", os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"), "file holding the agent credential from `a2ad agents credential ID` (env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in A2AD_AGENT_CREDENTIAL)")
-	caFile := fs.String("nats-ca", os.Getenv("A2AD_NATS_CA"), "CA certificate (PEM) that verifies the NATS server: TLS only (env A2AD_NATS_CA)")
+	credFile := fs.String("credential-file", "", "file holding the agent credential, as written by 'a2ad agents credential ID --out FILE' (default: env A2AD_AGENT_CREDENTIAL_FILE; or the token itself in env A2AD_AGENT_CREDENTIAL)")
+	caFile := fs.String("nats-ca", "", "CA certificate (PEM) that verifies the NATS server: TLS only (default: env A2AD_NATS_CA)")
 	clientCert := fs.String("nats-client-cert", "", "client certificate (PEM) for a NATS server that verifies clients")
 	clientKey := fs.String("nats-client-key", "", "private key (PEM) of --nats-client-cert")
 	cardPath := fs.String("card", "", "path of the agent card JSON (default: the built-in fraud-review card)")
 	var misbehave []string
-	fs.Func("misbehave", "misbehave for a case: mode:caseId[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks, structured-question, unformable-question; with --http also unresponsive, cancel-hangs); repeatable", func(s string) error {
+	fs.Func("misbehave", "misbehave for a case: `mode:caseId`[,mode:caseId] (modes: invalid-artifact, silent, illegal-transition, slow, auth-required, replace-after-last, endless-chunks, structured-question, unformable-question; with --http also unresponsive, cancel-hangs); repeatable", func(s string) error {
 		misbehave = append(misbehave, s)
 		return nil
 	})
@@ -87,12 +127,20 @@ func run(args []string, log *slog.Logger) error {
 	httpAddr := fs.String("http", "", "serve as a standard A2A 1.0 agent over HTTP (JSON-RPC and HTTP+JSON, no NATS) on this address, e.g. 127.0.0.1:9000; its card is at /.well-known/agent-card.json")
 	publicURL := fs.String("public-url", "", "with --http: the base URL the card advertises (default http://<the address it listens on>)")
 	streaming := fs.Bool("streaming", true, "with --http: the card's capabilities.streaming")
+	fs.SetOutput(io.Discard) // usage and faults are printed below, once
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(os.Stdout, fs)
+			return err
+		}
+		return &usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return &usageError{fmt.Errorf("unexpected arguments: %q (every option is a --flag)", fs.Args())}
 	}
+	*natsURL = cmp.Or(*natsURL, os.Getenv("NATS_URL"), "nats://127.0.0.1:4222")
+	*credFile = cmp.Or(*credFile, os.Getenv("A2AD_AGENT_CREDENTIAL_FILE"))
+	*caFile = cmp.Or(*caFile, os.Getenv("A2AD_NATS_CA"))
 	if *slowFor <= 0 {
 		return fmt.Errorf("--slow-for %s: want a positive duration", *slowFor)
 	}
@@ -118,7 +166,7 @@ func run(args []string, log *slog.Logger) error {
 		}
 	}
 	if cred == "" {
-		log.Warn("no agent credential: a2ad's embedded NATS server and its registry refuse this agent (mint one with `a2ad agents credential ID`)")
+		log.Warn("no agent credential: a2ad's embedded NATS server and its registry refuse this agent (mint one with `a2ad agents credential ID --out FILE`)")
 	} else if sub := credentialSubject(cred); sub != *agentID {
 		return fmt.Errorf("the credential is for agent %q, not --agent-id %q", sub, *agentID)
 	}
@@ -207,7 +255,7 @@ func run(args []string, log *slog.Logger) error {
 	case <-ctx.Done():
 	case err := <-closed:
 		agent.Stop()
-		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
+		return fmt.Errorf("NATS connection closed for good (a revoked or expired credential is refused at every reconnect: mint a new one with `a2ad agents credential %s --out FILE` and the --ca or --nats-ca this a2ad needs): %w", *agentID, err)
 	}
 	// SIGTERM drains: running tasks may finish for --shutdown-timeout;
 	// those still running then are published TASK_STATE_FAILED.

@@ -25,7 +25,7 @@ const { values: flags } = parseArgs({
 const log = (/** @type {string} */ line) => console.log(`${new Date().toISOString()} ${line}`);
 const die = (/** @type {string} */ why) => { console.error(`ts-agent: ${why}`); process.exit(2); };
 
-if (!flags['credential-file']) die('--credential-file (or A2AD_CREDENTIAL_FILE) is required: mint one with `a2ad agents credential ID`');
+if (!flags['credential-file']) die('--credential-file (or A2AD_CREDENTIAL_FILE) is required: mint one with `a2ad agents credential ID --out FILE`');
 const credential = readFileSync(flags['credential-file'], 'utf8').trim();
 // §10: a JWT whose `sub` is the agent id. Only read here, a2ad verifies it.
 const agentId = (() => {

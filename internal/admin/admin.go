@@ -48,10 +48,11 @@ import (
 // older_than and newer_than (Go durations of the task's age),
 // limit (1 to MaxLimit, default DefaultLimit) and page_token (a
 // next_page_token: the page after it, unaffected by tasks created since).
-// Cancel is the hosts' (broker.Service.Cancel), in the task's tenant: the
-// record says canceled_by_host, the history's transition is by
-// "admin:<token subject>", and the agent gets CancelTask. The operator's
-// reason goes to the log.
+// Cancel is broker.Service.CancelByOperator: the agent gets CancelTask as
+// from a host; the task's history records it once, with source operator,
+// by the subject of the request's verified token, reason
+// canceled_by_operator and note the body's reason, and so does its audit
+// record (task.transition, actor operator:<subject>, note).
 //
 // GET /v1/tasks/watch takes state, agent and tenant; it reports changes
 // from the moment it answers, with a comment line every 15 s, until the
@@ -84,7 +85,7 @@ func Handler(svc *broker.Service, keys *agentcred.Keys, opts Options) http.Handl
 	mux.HandleFunc("GET /v1/audit", auditQuery(opts.JS))
 	mux.HandleFunc("GET /v1/tasks", listTasks(svc))
 	mux.HandleFunc("GET /v1/tasks/watch", watchTasks(svc, opts.Stopping))
-	mux.HandleFunc("POST /v1/tasks/{id}/cancel", cancelTask(svc, opts.Audit))
+	mux.HandleFunc("POST /v1/tasks/{id}/cancel", cancelTask(svc))
 	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		rec, _, err := svc.Tasks.Get(r.Context(), r.PathValue("id"))
 		if errors.Is(err, task.ErrNotFound) {

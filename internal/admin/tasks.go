@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a2ad/a2ad/internal/audit"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/mcpedge"
@@ -336,10 +335,12 @@ func listTasks(svc *broker.Service) http.HandlerFunc {
 	}
 }
 
-// cancelTask cancels through the hosts' path (broker.Service.Cancel), for
-// the task's own tenant, so the agent gets CancelTask as it would from a
-// host. The history's transition is by "admin:<token subject>".
-func cancelTask(svc *broker.Service, log *audit.Log) http.HandlerFunc {
+// cancelTask cancels for the operator whose verified token made the
+// request (broker.Service.CancelByOperator): the agent gets CancelTask as
+// from a host, and the task's history records the cancel once — source
+// operator, by the token's subject, reason canceled_by_operator, note the
+// operator's reason — which is also its audit record (task.transition).
+func cancelTask(svc *broker.Service) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Reason string `json:"reason"`
@@ -351,28 +352,15 @@ func cancelTask(svc *broker.Service, log *audit.Log) http.HandlerFunc {
 			writeErr(w, http.StatusBadRequest, "invalid_argument", "reason: longer than 1024 bytes")
 			return
 		}
+		// Whoever the caller (the CLI, a console), the operator is the
+		// verified token's subject, never a name in the request.
+		p, ok := mcpedge.PrincipalFromContext(r.Context())
+		if !ok || p.Subject == "" {
+			writeErr(w, http.StatusUnauthorized, "unauthorized", "no verified operator identity: the admin API needs a token whose sub names the operator")
+			return
+		}
 		id := r.PathValue("id")
-		rec, _, err := svc.Tasks.Get(r.Context(), id)
-		if errors.Is(err, task.ErrNotFound) {
-			writeErr(w, http.StatusNotFound, "task_not_found", "no task "+id)
-			return
-		}
-		if err != nil {
-			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
-			return
-		}
-		by := "admin"
-		if p, ok := mcpedge.PrincipalFromContext(r.Context()); ok && p.Subject != "" {
-			by = "admin:" + p.Subject
-		}
-		if !rec.State.Terminal() {
-			// The operator's words and who gave them; the transition
-			// itself is recorded with the task's write.
-			ar := operatorRecord(r, audit.KindTaskCancelRequested)
-			ar.Tenant, ar.TaskID, ar.AgentID, ar.Reason = rec.Tenant, rec.ID, rec.AgentID, body.Reason
-			log.Append(ar)
-		}
-		rec, err = svc.Cancel(r.Context(), broker.Principal{Subject: by, Tenant: rec.Tenant}, id)
+		rec, err := svc.CancelByOperator(r.Context(), p.Subject, id, body.Reason)
 		switch {
 		case errors.Is(err, task.ErrNotFound):
 			writeErr(w, http.StatusNotFound, "task_not_found", "no task "+id)
@@ -384,10 +372,8 @@ func cancelTask(svc *broker.Service, log *audit.Log) http.HandlerFunc {
 			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 			return
 		}
-		// The record keeps the broker's reason code (canceled_by_host);
-		// the operator's words go to the audit trail and the log.
 		if svc.Log != nil {
-			svc.Log.Info("task canceled by operator", "task", id, "by", by, "reason", body.Reason, "state", rec.State)
+			svc.Log.Info("task canceled by operator", "task", id, "by", p.Subject, "reason", body.Reason, "state", rec.State)
 		}
 		writeJSON(w, http.StatusOK, rec.Redacted())
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/a2ad/a2ad/internal/a2a"
 	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/natstest"
+	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,7 +41,11 @@ func newAPI(t testing.TB) *api {
 		t.Fatal(err)
 	}
 	svc := &broker.Service{Tasks: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv := httptest.NewServer(Handler(svc, nil, Options{}))
+	// As behind the daemon's token check: the operator is the token's subject.
+	h := Handler(svc, nil, Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(mcpedge.ContextWithPrincipal(r.Context(), broker.Principal{Subject: "ops-bob", Tenant: "default"})))
+	}))
 	t.Cleanup(srv.Close)
 	return &api{t: t, url: srv.URL, store: st, js: js}
 }
@@ -257,12 +262,13 @@ func TestCancelTask(t *testing.T) {
 		t.Fatalf("cancel: status %d", code)
 	}
 	last := rec.History[len(rec.History)-1]
-	if rec.State != task.Canceled || rec.Reason != task.ReasonCanceledByHost || last.Event != task.EventCancel || last.By != "admin" {
+	if rec.State != task.Canceled || rec.Reason != "canceled_by_operator" || last.Event != task.EventCancel || last.Source != "operator" ||
+		last.By != "ops-bob" || last.Reason != "canceled_by_operator" || last.Note != "stuck since Monday" {
 		t.Errorf("answer: state %s reason %s, last transition %+v", rec.State, rec.Reason, last)
 	}
 	stored, _, err := a.store.Get(context.Background(), "tsk-open")
-	if err != nil || stored.State != task.Canceled {
-		t.Fatalf("stored: %v %v", stored, err)
+	if err != nil || stored.State != task.Canceled || stored.History[len(stored.History)-1] != last {
+		t.Fatalf("stored: %v %v, want the answer's cancel %+v", stored, err, last)
 	}
 
 	// No body at all is no reason.
@@ -388,7 +394,7 @@ func TestWatchTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.TaskID != "tsk-acme" || c.State != task.Canceled || c.Tenant != "acme" || c.AgentID != "fraud-review" ||
-		c.Reason != task.ReasonCanceledByHost || c.Event != task.EventCancel || c.UpdatedAt.IsZero() {
+		c.Reason != task.ReasonCanceledByOperator || c.Event != task.EventCancel || c.UpdatedAt.IsZero() {
 		t.Errorf("change %+v", c)
 	}
 

@@ -53,7 +53,7 @@ const (
 	KindTransition          = "task.transition"         // an applied transition of a task
 	KindTransitionRefused   = "task.transition_refused" // an event the lifecycle refused
 	KindArtifactVerdict     = "artifact.verdict"        // an artifact checked against the host schema
-	KindTaskCancelRequested = "task.cancel_requested"   // an operator asked to cancel a task (with their reason)
+	KindTaskCancelRequested = "task.cancel_requested"   // written before canceled_by_operator: an operator's cancel is now one task.transition (source operator, with their note)
 	KindAgentRegistered     = "agent.registered"        // a card registered or fetched, with the resulting status
 	KindAgentCardRefused    = "agent.card_refused"      // a card refused at registration or fetch
 	KindAgentApproved       = "agent.approved"          // an operator approved a fingerprint
@@ -112,6 +112,9 @@ type Record struct {
 	// Reason is a2ad's reason code (task.Reason…, a quarantine or cancel
 	// reason an operator gave).
 	Reason string `json:"reason,omitempty"`
+	// Note is the text an operator gave with a transition they made (a2ad
+	// tasks cancel --reason), as the task's history keeps it.
+	Note string `json:"note,omitempty"`
 	// Code is the refusal's error code (the codes hosts see: agent_offline,
 	// invalid_argument, …).
 	Code string `json:"code,omitempty"`

@@ -649,10 +649,28 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id string) (*task.Rec
 	if r.State.Terminal() {
 		return r, fmt.Errorf("%w (state %s)", ErrTerminal, r.State)
 	}
-	return s.cancel(ctx, id, task.SourceHost, task.ReasonCanceledByHost, p.Subject)
+	return s.cancel(ctx, id, task.SourceHost, task.ReasonCanceledByHost, p.Subject, "")
 }
 
-func (s *Service) cancel(ctx context.Context, id, source, reason, by string) (*task.Record, error) {
+// CancelByOperator cancels the task, of any tenant, as Cancel does (the
+// agent gets CancelTask), for an operator: the transition is recorded
+// with source operator, reason canceled_by_operator, By operator (their
+// verified token subject) and Note their words. Errors as Cancel's.
+func (s *Service) CancelByOperator(ctx context.Context, operator, id, note string) (*task.Record, error) {
+	if !natsbind.ValidToken(id) {
+		return nil, task.ErrNotFound
+	}
+	r, _, err := s.Tasks.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State.Terminal() {
+		return r, fmt.Errorf("%w (state %s)", ErrTerminal, r.State)
+	}
+	return s.cancel(ctx, id, task.SourceOperator, task.ReasonCanceledByOperator, operator, note)
+}
+
+func (s *Service) cancel(ctx context.Context, id, source, reason, by, note string) (*task.Record, error) {
 	moved := false
 	r, err := s.Tasks.Update(context.WithoutCancel(ctx), id, func(r *task.Record) error {
 		if r.State.Terminal() {
@@ -662,6 +680,7 @@ func (s *Service) cancel(ctx context.Context, id, source, reason, by string) (*t
 		if err := r.MoveBy(now, task.EventCancel, source, reason, "", by); err != nil {
 			return err
 		}
+		r.History[len(r.History)-1].Note = note // a terminal move is always recorded
 		moved = true
 		switch {
 		case r.AgentTaskID != "":

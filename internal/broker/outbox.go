@@ -764,7 +764,7 @@ func (s *Service) act(ctx context.Context, id string) time.Time {
 	now := time.Now()
 	if !r.State.Terminal() && !now.Before(r.Deadline) {
 		s.Log.Info("deadline exceeded; canceling", "task", id, "agent", r.AgentID)
-		if _, err := s.cancel(ctx, id, task.SourceDaemon, task.ReasonDeadlineExceeded, ""); err != nil {
+		if _, err := s.cancel(ctx, id, task.SourceDaemon, task.ReasonDeadlineExceeded, "", ""); err != nil {
 			s.Log.Warn("deadline cancel failed; retrying", "task", id, "err", err)
 			return now.Add(time.Second)
 		}

@@ -172,7 +172,7 @@ func (d *Daemon) startCallout(ctx, runCtx context.Context, issuer, xkey nkeys.Ke
 // as the embedded server's authentication does.
 func (d *Daemon) authorizeConnect(c natsauth.Connect) (natsauth.Grant, error) {
 	if c.Token == "" {
-		return natsauth.Grant{}, errors.New("no agent credential (connect with the credential from `a2ad agents credential ID` as the token)")
+		return natsauth.Grant{}, errors.New("no agent credential (connect with the credential from `a2ad agents credential ID --out FILE` as the token)")
 	}
 	k := d.keys.Load()
 	if k == nil {

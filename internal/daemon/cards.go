@@ -183,7 +183,7 @@ func (d *Daemon) credential(h nats.Header) (string, error) {
 func registrant(cred string, credErr error, agentID string) error {
 	switch {
 	case errors.Is(credErr, errNoCredential):
-		return errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + "`)")
+		return errors.New("registration needs the agent's credential in Authorization: Bearer … (mint it with `a2ad agents credential " + safeID(agentID) + " --out FILE`)")
 	case credErr != nil:
 		return credErr
 	case cred != agentID:

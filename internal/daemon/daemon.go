@@ -39,6 +39,7 @@ import (
 	"github.com/a2ad/a2ad/internal/natsauth"
 	"github.com/a2ad/a2ad/internal/natsbind"
 	"github.com/a2ad/a2ad/internal/tracing"
+	"github.com/a2ad/a2ad/internal/version"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -168,6 +169,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		}
 	} else if cfg.NATSURL == "" {
 		if err := checkSizing(cfg, cmp.Or(cfg.JetStreamMaxStore, embedded.DefaultMaxStore), "jetstream_max_store"); err != nil {
+			return nil, err
+		}
+	}
+	// An address in use is refused at once, naming it, before anything
+	// starts: the embedded NATS server would only time out after 10 s.
+	var httpLn net.Listener
+	if serveHTTP {
+		if httpLn, err = listenTCP("HTTP", "--http-addr, config http_addr", cfg.HTTPAddr); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if !ok && httpLn != nil {
+				_ = httpLn.Close()
+			}
+		}()
+	}
+	if cfg.NATSURL == "" {
+		if err := probeTCP("NATS", "--nats-listen, config nats_listen", cmp.Or(cfg.NATSListen, "127.0.0.1:4222")); err != nil {
 			return nil, err
 		}
 	}
@@ -482,11 +501,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 			d.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_http_tls_certificate_expiry_timestamp_seconds",
 				Help: "NotAfter of the HTTP listener's TLS certificate (the one last loaded: at start or SIGHUP), Unix seconds."}, d.tls.expiry))
 		}
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return nil, fmt.Errorf("http listen %s: %w", cfg.HTTPAddr, err)
-		}
-		ln = limitConnections(ln, limits.MaxConnections, httpMetrics)
+		ln := limitConnections(httpLn, limits.MaxConnections, httpMetrics)
+		httpLn = nil // the HTTP server's now: Stop closes it
 		d.HTTPURL = scheme + "://" + ln.Addr().String()
 		public := d.HTTPURL
 		if ip := net.ParseIP(hostOf(ln.Addr().String())); cfg.PublicURL == "" && ip != nil && ip.IsUnspecified() {
@@ -528,7 +544,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux.Handle("/v1/", originGuard(origins, d.obs.httpRefused, loopbackHostOnly(ln.Addr(), adminAPI)))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/healthz", healthz)
 		mux.HandleFunc("/readyz", d.ready)
 		mux.Handle("/metrics", d.Metrics.Handler())
 		// HTTP agents' push notifications: outside host authentication, each
@@ -929,4 +945,59 @@ func loopbackHostOnly(addr net.Addr, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// healthz is GET /healthz, the liveness probe: 200 with
+// {"status":"ok","version":"…"} (application/json; the version is
+// version.Get's) while the process serves HTTP.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "ok", "version": version.Get().Version})
+}
+
+// ErrAddressInUse is what a listen address another process holds is
+// refused with (wrapped: the message names the address and its flag).
+var ErrAddressInUse = errors.New("address in use")
+
+// addrInUseError is a listen address in use; it Is ErrAddressInUse.
+type addrInUseError struct{ what, addr, flags string }
+
+func (e *addrInUseError) Error() string {
+	return fmt.Sprintf("%s address %s is in use (%s): another process (another a2ad, a NATS server) listens there; stop it or give a free address",
+		e.what, e.addr, e.flags)
+}
+
+func (e *addrInUseError) Is(target error) bool { return target == ErrAddressInUse }
+
+// listenTCP listens on addr (host:port) for the listener named what,
+// whose settings are given by flags. An address in use is
+// ErrAddressInUse; any other failure names the address too.
+func listenTCP(what, flags, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, &addrInUseError{what: what, addr: addr, flags: flags}
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("%s address %s: not allowed to listen there (%s; ports below 1024 need privileges)", what, addr, flags)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return nil, fmt.Errorf("%s address %s: no interface of this machine has that IP address (%s)", what, addr, flags)
+	}
+	return nil, fmt.Errorf("%s address %s: cannot listen (%s): %w", what, addr, flags, err)
+}
+
+// probeTCP is listenTCP for a server that opens its own listener (the
+// embedded NATS server): it listens and closes at once. A port 0 or -1
+// (any free port) is not probed.
+func probeTCP(what, flags, addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "-1" {
+		return nil // a malformed address is embedded.Start's to refuse
+	}
+	ln, err := listenTCP(what, flags, addr)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }

@@ -169,7 +169,7 @@ func TestHTTPIdleConnectionsAreClosed(t *testing.T) {
 	d := startLimited(t, daemon.HTTPLimits{IdleTimeoutSeconds: 1, ReadHeaderTimeoutSeconds: 1}, mcpedge.RateLimits{}, nil)
 	t.Run("keep-alive after GET /healthz", func(t *testing.T) {
 		c := dialRaw(t, d)
-		if code, body := c.get(t, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		if code, body := c.get(t, "/healthz"); code != http.StatusOK || body != `{"status":"ok","version":"devel"}`+"\n" {
 			t.Fatalf("GET /healthz: %d %q", code, body)
 		}
 		if !c.closedByServer(t) {

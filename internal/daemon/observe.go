@@ -59,7 +59,11 @@ func actor(r *task.Record, t task.Transition) audit.Actor {
 	switch t.Source {
 	case task.SourceAgent:
 		return audit.Actor{Type: audit.ActorAgent, Subject: r.AgentID}
+	case task.SourceOperator:
+		return audit.Actor{Type: audit.ActorOperator, Subject: t.By}
 	case task.SourceHost:
+		// Before canceled_by_operator, an operator's cancel was a host
+		// one by "admin:<subject>".
 		if sub, ok := strings.CutPrefix(t.By, "admin:"); ok || t.By == "admin" {
 			return audit.Actor{Type: audit.ActorOperator, Subject: sub}
 		}
@@ -74,7 +78,7 @@ func reasonCode(reason string) string {
 	code, _, _ := strings.Cut(reason, ":")
 	switch code {
 	case "", task.ReasonArtifactRejected, task.ReasonArtifactMissing, task.ReasonArtifactTooLarge, task.ReasonDeadlineExceeded,
-		task.ReasonCanceledByHost, task.ReasonAgentFailed, task.ReasonAgentRejected:
+		task.ReasonCanceledByHost, task.ReasonCanceledByOperator, task.ReasonAgentFailed, task.ReasonAgentRejected:
 		return code
 	}
 	return "other"
@@ -107,7 +111,7 @@ func (o *observer) taskWritten(r *task.Record, w task.Write) {
 	}
 	for _, t := range w.Transitions {
 		rec := audit.Record{At: t.At, Actor: actor(r, t), Tenant: r.Tenant, TaskID: r.ID, AgentID: r.AgentID, Skill: r.Skill,
-			From: string(t.From), To: string(t.To), Event: t.Event, Reason: t.Reason, MsgID: t.MsgID, TraceID: traceID(r.TraceParent)}
+			From: string(t.From), To: string(t.To), Event: t.Event, Reason: t.Reason, Note: t.Note, MsgID: t.MsgID, TraceID: traceID(r.TraceParent)}
 		source := t.Source
 		if rec.Actor.Type == audit.ActorOperator {
 			source = audit.ActorOperator // a host transition an operator made (admin API)

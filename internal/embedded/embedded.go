@@ -296,7 +296,7 @@ func (a *auth) Check(c server.ClientAuthentication) bool {
 		token = o.Password // nats.UserInfo("<agentId>", credential) works too
 	}
 	if token == "" {
-		a.fail(c, errors.New("no agent credential (connect with the credential from `a2ad agents credential ID` as the token)"))
+		a.fail(c, errors.New("no agent credential (connect with the credential from `a2ad agents credential ID --out FILE` as the token)"))
 		return false
 	}
 	if a.verify == nil {
