@@ -21,7 +21,8 @@
 //     net/http's CrossOriginProtection (Sec-Fetch-Site same-origin or none,
 //     else an Origin equal to the Host). Refusals are 403 with a JSON error.
 //   - Every response carries CSP, X-Content-Type-Options nosniff,
-//     Referrer-Policy no-referrer, X-Frame-Options DENY and Cache-Control
+//     Referrer-Policy same-origin (no-referrer would make the
+//     login form's Origin "null"), X-Frame-Options DENY and Cache-Control
 //     no-store.
 //
 // /console/api/v1/... is the admin API's /v1/...: the request goes to
@@ -183,7 +184,7 @@ func headers(h http.Handler) http.Handler {
 		hd := w.Header()
 		hd.Set("Content-Security-Policy", CSP)
 		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Referrer-Policy", "same-origin") // not no-referrer: with it a form post's Origin is "null", which the Origin guard refuses
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("Cache-Control", "no-store")
 		h.ServeHTTP(w, r)

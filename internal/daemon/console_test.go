@@ -94,7 +94,7 @@ func TestConsoleRefusals(t *testing.T) {
 	if got := resp.Header.Get("Content-Security-Policy"); got != "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'" {
 		t.Errorf("CSP: %q", got)
 	}
-	for h, want := range map[string]string{"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY", "Cache-Control": "no-store"} {
+	for h, want := range map[string]string{"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY", "Cache-Control": "no-store"} {
 		if got := resp.Header.Get(h); got != want {
 			t.Errorf("%s: %q, want %q", h, got, want)
 		}

@@ -6,6 +6,11 @@
 
 var csrf = null; // the session's CSRF token, in memory only
 var watch = null; // the EventSource of the page shown, if any
+var gen = 0; // counts routes: an answer for a page no longer shown is dropped
+
+// shown wraps a callback of the page of generation g: it does nothing once
+// another page is shown.
+function shown(g, f) { return function (v) { if (g === gen) { return f(v); } }; }
 
 // el builds an element: attrs are properties/attributes, children are
 // nodes or strings (which become text nodes).
@@ -64,6 +69,17 @@ function query(params) {
 function fmtTime(t) { return t ? String(t).replace("T", " ").replace(/\.\d+Z$/, "Z") : ""; }
 function stateSpan(s) { return el("span", { class: "state state-" + s, text: s }); }
 function pretty(v) { return JSON.stringify(v, null, 2); }
+// sorted is v with every object's members in key order, so that two cards
+// that differ only in member order diff as equal.
+function sorted(v) {
+  if (Array.isArray(v)) { return v.map(sorted); }
+  if (v && typeof v === "object") {
+    var o = {};
+    Object.keys(v).sort().forEach(function (k) { o[k] = sorted(v[k]); });
+    return o;
+  }
+  return v;
+}
 
 function kv(pairs) {
   var dl = el("dl", { class: "kv" });
@@ -112,7 +128,7 @@ function taskRow(t) {
 }
 
 function viewTasks(params) {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   var form = el("form", { class: "filters", id: "task-filters" });
   form.appendChild(field("state", "state (s1,s2)", params.get("state"), "working,completed"));
   form.appendChild(field("agent", "agent", params.get("agent")));
@@ -132,7 +148,7 @@ function viewTasks(params) {
   p.page_token = params.get("page_token");
   var live = el("p", { id: "live", class: "hint", text: "live: connecting…" });
   view.replaceChildren(el("h1", { text: "Tasks" }), form, live);
-  api("/v1/tasks" + query(p)).then(function (page) {
+  api("/v1/tasks" + query(p)).then(shown(g, function (page) {
     var rows = page.tasks.map(taskRow);
     var t = table(["task", "state", "agent", "skill", "tenant", "created", "updated"], rows, "tasks");
     view.appendChild(t);
@@ -162,7 +178,7 @@ function viewTasks(params) {
         }, function () {});
       }
     });
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 function traceID(tp) {
@@ -173,9 +189,9 @@ function traceID(tp) {
 function terminal(s) { return ["completed", "failed", "canceled", "rejected"].indexOf(s) >= 0; }
 
 function viewTask(id) {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   view.replaceChildren(el("h1", null, "Task ", el("code", { text: id })));
-  Promise.all([api("/v1/tasks/" + encodeURIComponent(id)), api("/v1/audit" + query({ task: id, limit: "1000" }))]).then(function (res) {
+  Promise.all([api("/v1/tasks/" + encodeURIComponent(id)), api("/v1/audit" + query({ task: id, limit: "1000" }))]).then(shown(g, function (res) {
     var t = res[0], aud = res[1];
     view.appendChild(kv([["state", stateSpan(t.state), "task-state"], ["reason", t.reason], ["status message", t.status_message],
       ["agent", t.agent_id], ["skill", t.skill], ["tenant", t.tenant], ["subject", t.subject],
@@ -211,21 +227,21 @@ function viewTask(id) {
       watch = new EventSource("/console/api/v1/tasks/watch");
       watch.addEventListener("task", function (ev) { if (JSON.parse(ev.data).task_id === id) { stopWatch(); route(); } });
     }
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 // ---- agents ----
 
 function viewAgents() {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   view.replaceChildren(el("h1", { text: "Agents" }));
-  api("/v1/agents").then(function (res) {
+  api("/v1/agents").then(shown(g, function (res) {
     view.appendChild(table(["agent", "status", "delegable", "liveness", "binding", "fingerprint"], res.agents.map(function (a) {
       return row([el("a", { href: "#/agents/" + encodeURIComponent(a.agent_id), text: a.agent_id }),
         el("span", { class: "status-" + a.status, text: a.status }), a.delegable ? "yes" : "no: " + (a.not_delegable_reason || ""),
         (a.liveness && a.liveness.reachability) || "unknown", a.binding || "", a.fingerprint], { id: "agent-" + a.agent_id });
     }), "agents"));
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 // lineDiff is a line diff (longest common subsequence) of a and b:
@@ -248,9 +264,9 @@ function lineDiff(a, b) {
 }
 
 function viewAgent(id) {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   view.replaceChildren(el("h1", null, "Agent ", el("code", { text: id })));
-  api("/v1/agents/" + encodeURIComponent(id)).then(function (a) {
+  api("/v1/agents/" + encodeURIComponent(id)).then(shown(g, function (a) {
     var live = a.liveness || {};
     view.appendChild(kv([["status", el("span", { class: "status-" + a.status, text: a.status }), "agent-status"], ["status reason", a.status_reason],
       ["delegable", a.delegable ? "yes" : "no: " + (a.not_delegable_reason || "")], ["liveness", (live.reachability || "unknown") + (live.reason ? ": " + live.reason : "")],
@@ -272,7 +288,7 @@ function viewAgent(id) {
       view.appendChild(el("h2", { text: "Changes against the approved card" }));
       if (a.changes && a.changes.length) { view.appendChild(el("p", { id: "changes", text: "changed: " + a.changes.join(", ") })); }
       var pre = el("pre", { id: "card-diff" });
-      lineDiff(pretty(a.approved_card).split("\n"), pretty(a.card).split("\n")).forEach(function (d) {
+      lineDiff(pretty(sorted(a.approved_card)).split("\n"), pretty(sorted(a.card)).split("\n")).forEach(function (d) {
         pre.appendChild(el("div", { class: d[0] === "+" ? "diff-add" : d[0] === "-" ? "diff-del" : "", text: d[0] + " " + d[1] }));
       });
       view.appendChild(pre);
@@ -283,7 +299,7 @@ function viewAgent(id) {
       view.appendChild(el("h2", { text: "Warnings" }));
       view.appendChild(el("pre", { text: pretty(a.warnings) }));
     }
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 // ---- audit ----
@@ -301,7 +317,7 @@ function auditTable(records) {
 var auditFilters = ["kind", "task", "agent", "tenant", "since", "limit"];
 
 function viewAudit(params) {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   var form = el("form", { class: "filters", id: "audit-filters" });
   form.appendChild(field("kind", "kind", params.get("kind"), "task.transition or agent.>"));
   form.appendChild(field("task", "task", params.get("task")));
@@ -319,18 +335,18 @@ function viewAudit(params) {
   view.replaceChildren(el("h1", { text: "Audit" }), form);
   var p = {};
   auditFilters.forEach(function (k) { p[k] = params.get(k); });
-  api("/v1/audit" + query(p)).then(function (page) {
+  api("/v1/audit" + query(p)).then(shown(g, function (page) {
     view.appendChild(el("p", { id: "audit-count", text: page.records.length + " records" + (page.more ? " (older ones match too)" : "") }));
     view.appendChild(auditTable(page.records));
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 // ---- dashboard ----
 
 function viewDashboard() {
-  var view = document.getElementById("view");
+  var view = document.getElementById("view"), g = gen;
   view.replaceChildren(el("h1", { text: "Dashboard" }));
-  api("/v1/dashboard").then(function (d) {
+  api("/v1/dashboard").then(shown(g, function (d) {
     var cards = el("div", { class: "cards" });
     function card(id, title, value, note) { cards.appendChild(el("div", { class: "card", id: id }, el("div", { text: title }), el("div", { class: "big", text: String(value) }), note ? el("div", { class: "hint", text: note }) : null)); }
     var h = d.last_hour;
@@ -344,12 +360,13 @@ function viewDashboard() {
     view.appendChild(el("h2", { text: "Tasks ended in the last hour, by state" }));
     view.appendChild(table(["state", "tasks"], Object.keys(h.ended).sort().map(function (s) { return row([stateSpan(s), h.ended[s]]); }), "ended-tasks"));
     view.appendChild(el("p", { class: "hint", text: "From this instance's /metrics figures, sampled each minute since " + fmtTime(d.since) + "." }));
-  }, function (e) { setStatus(e.message, true); });
+  }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
 // ---- routing ----
 
 function route() {
+  gen++;
   stopWatch();
   setStatus("");
   var hash = location.hash || "#/dashboard";
