@@ -126,7 +126,9 @@ func TestConsoleInBrowser(t *testing.T) {
 			mu.Lock()
 			dialogs = append(dialogs, string(e.Type)+": "+e.Message)
 			mu.Unlock()
-			go func() { _, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true}) }()
+			go func() {
+				_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			}()
 		}
 	}); err != nil {
 		t.Fatal(err)
@@ -345,6 +347,27 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("dashboard: %s delegations, %s failures; want 1, 0", n, f)
 	}
 	shots.take(ctx, "dashboard")
+
+	// Log out, then in again with the one-time link `a2ad console` prints;
+	// the link works once.
+	run("log out", chromedp.Click(chromedp.CSS("#logout")), visible("#token"))
+	out, err := exec.Command(bin, "console", "--data-dir", d.DataDir).Output()
+	link := strings.TrimSpace(string(out))
+	if err != nil || !regexp.MustCompile(`^`+regexp.QuoteMeta(d.HTTP)+`/console/login#code=[A-Za-z0-9_-]{43}$`).MatchString(link) {
+		t.Fatalf("a2ad console: %v %q", err, link)
+	}
+	run("the link", chromedp.Navigate(link), visible("#delegations"))
+	if got := text("#who"); !strings.HasPrefix(got, "a2ad-console (default), until ") {
+		t.Errorf("logged in by the link as %q", got)
+	}
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "code=") {
+		t.Errorf("the code stays in the address bar: %s %v", loc, err)
+	}
+	run("log out again", chromedp.Click(chromedp.CSS("#logout")), visible("#token"))
+	run("the link again", chromedp.Navigate(link), visible("#login-error"))
+	if got := text("#login-error"); !strings.Contains(got, "unknown, already used or expired") {
+		t.Errorf("the link used twice: %q", got)
+	}
 }
 
 // adminRecordWithTrace is what the browser test reads of a task record.

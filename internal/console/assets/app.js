@@ -127,7 +127,16 @@ function taskRow(t) {
     { id: "task-" + t.task_id });
 }
 
+// applyChange shows a TaskChange of the watch stream in its task's row.
+function applyChange(tr, c) {
+  var s = tr.children[1].firstChild;
+  s.textContent = c.state; s.className = "state state-" + c.state; s.setAttribute("data-state", c.state);
+  tr.querySelector(".updated").textContent = fmtTime(c.updated_at);
+  tr.classList.add("flash");
+}
+
 function viewTasks(params) {
+  var pending = {}; // task id → its latest change, while its record is fetched
   var view = document.getElementById("view"), g = gen;
   var form = el("form", { class: "filters", id: "task-filters" });
   form.appendChild(field("state", "state (s1,s2)", params.get("state"), "working,completed"));
@@ -165,17 +174,21 @@ function viewTasks(params) {
       var c = JSON.parse(ev.data);
       var tr = document.getElementById("task-" + c.task_id);
       if (tr) {
-        var s = tr.children[1].firstChild;
-        s.textContent = c.state; s.className = "state state-" + c.state; s.setAttribute("data-state", c.state);
-        tr.querySelector(".updated").textContent = fmtTime(c.updated_at);
-        tr.classList.add("flash");
+        applyChange(tr, c);
       } else if (!p.page_token) {
-        // A task new to this page: its record, at the top.
+        // A task new to this page: its record, at the top; changes that
+        // come while it is fetched are applied after it.
+        var first = !(c.task_id in pending);
+        pending[c.task_id] = c;
+        if (!first) { return; }
         api("/v1/tasks/" + encodeURIComponent(c.task_id)).then(function (rec) {
+          var last = pending[rec.task_id];
+          delete pending[rec.task_id];
           if (document.getElementById("task-" + rec.task_id)) { return; }
           var n = taskRow(rec); n.classList.add("flash");
           t.tBodies[0].insertBefore(n, t.tBodies[0].firstChild);
-        }, function () {});
+          if (last && Date.parse(last.updated_at) >= Date.parse(rec.updated_at)) { applyChange(n, last); }
+        }, function () { delete pending[c.task_id]; });
       }
     });
   }), shown(g, function (e) { setStatus(e.message, true); }));
