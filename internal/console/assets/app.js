@@ -362,15 +362,15 @@ function viewDashboard() {
   api("/v1/dashboard").then(shown(g, function (d) {
     var cards = el("div", { class: "cards" });
     function card(id, title, value, note) { cards.appendChild(el("div", { class: "card", id: id }, el("div", { text: title }), el("div", { class: "big", text: String(value) }), note ? el("div", { class: "hint", text: note }) : null)); }
-    var h = d.last_hour;
-    card("delegations", "delegations, last " + h.window, h.delegations);
-    card("failures", "failures, last " + h.window, h.failures, h.refused + " refused delegations, " + h.tasks_failed + " failed tasks");
+    var h = d.last_hour, span = "last " + Math.max(1, Math.round(h.window_seconds / 60)) + " min";
+    card("delegations", "delegations, " + span, h.delegations);
+    card("failures", "failures, " + span, h.failures, h.refused + " refused delegations, " + h.tasks_failed + " failed tasks");
     card("p50", "delegate p50", h.delegate_p50_seconds === null ? "–" : (h.delegate_p50_seconds * 1000).toFixed(1) + " ms");
     card("p99", "delegate p99", h.delegate_p99_seconds === null ? "–" : (h.delegate_p99_seconds * 1000).toFixed(1) + " ms");
     view.appendChild(cards);
     view.appendChild(el("h2", { text: "Open tasks by state" }));
     view.appendChild(table(["state", "tasks"], Object.keys(d.open_tasks).sort().map(function (s) { return row([stateSpan(s), d.open_tasks[s]], { id: "open-" + s }); }), "open-tasks"));
-    view.appendChild(el("h2", { text: "Tasks ended in the last hour, by state" }));
+    view.appendChild(el("h2", { text: "Tasks ended, " + span + ", by state" }));
     view.appendChild(table(["state", "tasks"], Object.keys(h.ended).sort().map(function (s) { return row([stateSpan(s), h.ended[s]]); }), "ended-tasks"));
     view.appendChild(el("p", { class: "hint", text: "From this instance's /metrics figures, sampled each minute since " + fmtTime(d.since) + "." }));
   }), shown(g, function (e) { setStatus(e.message, true); }));
