@@ -249,6 +249,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shots.take(ctx, "task")
 
+	// A question answered: the task page shows it and the answer.
+	asked, err := h.delegateWhenAgentKnown(delegateArgs("C-4712", 125000, "", 5))
+	if err != nil || asked.State != "input-required" || asked.Question == "" {
+		t.Fatalf("delegate above the review threshold: %v %+v", err, asked)
+	}
+	const answer = "Yes: <i>verified</i> by phone."
+	if done := h.mustCall("task_respond", map[string]any{"task_id": asked.TaskID, "answer": answer, "wait_seconds": 10}); done.State != "completed" {
+		t.Fatalf("task_respond: %+v", done)
+	}
+	run("the answered task", hash("#/tasks/"+asked.TaskID), visible("#exchanges"))
+	var exchange []string
+	eval("exchange", `Array.from(document.querySelectorAll("#exchanges tbody td")).slice(1).map(e => e.textContent)`, &exchange)
+	if len(exchange) != 3 || exchange[0] != asked.Question || exchange[1] != answer || exchange[2] != "test-host" {
+		t.Errorf("question and answer shown: %q, want %q %q test-host", exchange, asked.Question, answer)
+	}
+	shots.take(ctx, "task-answered")
+
 	// A changed card quarantines the agent; the operator reviews the diff
 	// and approves it.
 	agent.Stop()
@@ -341,10 +358,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shots.take(ctx, "audit")
 
-	// The dashboard: one delegation this hour, none failed.
+	// The dashboard: two delegations this hour, none failed.
 	run("dashboard", hash("#/dashboard"), visible("#delegations"))
-	if n, f := text("#delegations .big"), text("#failures .big"); n != "1" || f != "0" {
-		t.Errorf("dashboard: %s delegations, %s failures; want 1, 0", n, f)
+	if n, f := text("#delegations .big"), text("#failures .big"); n != "2" || f != "0" {
+		t.Errorf("dashboard: %s delegations, %s failures; want 2, 0", n, f)
 	}
 	shots.take(ctx, "dashboard")
 

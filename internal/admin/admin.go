@@ -64,7 +64,8 @@ import (
 // agentcred.DefaultTTL (90 days); at most agentcred.MaxTTL.
 //
 // Records never carry unvalidated artifact content, nor the brief or
-// answer bytes waiting in a task's outbox. Errors are
+// answer bytes waiting in a task's outbox; they do carry the questions
+// answered and their answers, bounded (task.Record.Exchanges). Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
 //
 // Revoke refuses, on every instance within a moment, the agent's

@@ -217,8 +217,11 @@ function viewTask(id) {
       } }));
     }
     view.appendChild(el("h2", { text: "Question and answer" }));
-    view.appendChild(kv([["question", t.question || "(none open)", "question"],
-      ["answers", t.history.filter(function (h) { return h.event === "answer"; }).length + " given (the answer text is delivered to the agent and not kept)"]]));
+    view.appendChild(kv([["open question", t.question || "(none)", "question"]]));
+    var ex = t.exchanges || [];
+    view.appendChild(ex.length ? table(["at", "question", "answer", "by"], ex.map(function (x) {
+      return row([fmtTime(x.at), x.question, (x.data ? "answer_data: " : "") + x.answer, x.by || ""]);
+    }), "exchanges") : el("p", { text: "no question answered" }));
     view.appendChild(el("h2", { text: "Timeline" }));
     view.appendChild(table(["at", "from", "to", "event", "source", "by", "reason"], t.history.map(function (h) {
       return row([fmtTime(h.at), h.from, stateSpan(h.to), h.event + (h.refused ? " (refused)" : ""), h.source, h.by || "", (h.reason || "") + (h.pointer ? " at " + h.pointer : "")]);
