@@ -336,6 +336,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	if len(approvals.Records) != 1 || approvals.Records[0].Actor.Subject != "console-operator" {
 		t.Errorf("approval audit records: %+v", approvals.Records)
 	}
+	// Quarantine, with a reason, after its confirmation.
+	run("quarantine", chromedp.SendKeys(chromedp.CSS("#quarantine-reason"), "console review"), chromedp.Click(chromedp.CSS("#quarantine")),
+		poll("quarantined", `(document.getElementById("agent-status") || {}).textContent === "quarantined"`))
+	mu.Lock()
+	if len(dialogs) != 2 || dialogs[1] != "confirm: Quarantine agent fraud-review? No new delegation will go to it." {
+		t.Errorf("dialogs: %q", dialogs)
+	}
+	mu.Unlock()
+	var q struct {
+		Status string `json:"status"`
+		Reason string `json:"status_reason"`
+	}
+	adminGet(t, d.HTTP, token, "/v1/agents/fraud-review", &q)
+	if q.Status != "quarantined" || q.Reason != "console review" {
+		t.Errorf("after quarantine in the console: %+v", q)
+	}
+
+	// The task list's filters are the admin API's: state=input-required
+	// lists none of the two (both completed), state=completed both.
+	run("filter", hash("#/tasks?state=input-required"), poll("empty list", `!!document.getElementById("tasks") && document.querySelectorAll("#tasks tbody tr").length === 0 && document.getElementById("f-state").value === "input-required"`),
+		hash("#/tasks?state=completed"), poll("completed list", `document.querySelectorAll("#tasks tbody tr [data-state]").length === 2 && Array.from(document.querySelectorAll("#tasks tbody tr [data-state]")).every(e => e.textContent === "completed")`))
 
 	// The audit, searched by task and kind.
 	run("audit", hash("#/audit"), visible("#audit-filters"),
