@@ -166,6 +166,9 @@ type Record struct {
 	// gave with its question was not taken (the question is then asked as
 	// free text): the *artifact.FormError's text.
 	QuestionSchemaNote string `json:"question_schema_note,omitempty"`
+	// Exchanges are the questions answered so far and their answers, the
+	// newest MaxExchanges, each clipped (AddExchange): for operators.
+	Exchanges []Exchange `json:"exchanges,omitempty"`
 }
 
 // FollowLease is who follows an HTTP agent's task, until when.
@@ -262,6 +265,7 @@ func (r *Record) Clone() *Record {
 	c.Applied = slices.Clone(r.Applied)
 	c.Skipped = slices.Clone(r.Skipped)
 	c.QuestionSchema = slices.Clone(r.QuestionSchema)
+	c.Exchanges = slices.Clone(r.Exchanges)
 	if r.Outbox != nil {
 		o := *r.Outbox
 		c.Outbox = &o

@@ -46,6 +46,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(), newMCP(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
+	root.AddCommand(newConsole())
 	configureRoot(root) // last: it wraps every command's argument check
 	return root
 }

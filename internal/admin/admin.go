@@ -38,6 +38,7 @@ import (
 //	POST /v1/agents/{id}/credential  {"ttl_seconds":N} → {"agent_id","credential","expires_at","jti"}
 //	POST /v1/agents/{id}/revoke      {"jti":"…","quarantine":bool} (both optional) → Revocation
 //	GET /v1/audit          audit.Page: {"records":[audit.Record…],"more":bool}
+//	GET /v1/dashboard      DashboardFigures (with Options.Dashboard; see Dashboard)
 //
 // GET /v1/audit returns the newest records that match, oldest first; more
 // says older ones match too. It takes kind (one of audit.Kinds, or a
@@ -64,7 +65,8 @@ import (
 // agentcred.DefaultTTL (90 days); at most agentcred.MaxTTL.
 //
 // Records never carry unvalidated artifact content, nor the brief or
-// answer bytes waiting in a task's outbox. Errors are
+// answer bytes waiting in a task's outbox; they do carry the questions
+// answered and their answers, bounded (task.Record.Exchanges). Errors are
 // {"error":{"code","message"}} with 404 for an unknown id.
 //
 // Revoke refuses, on every instance within a moment, the agent's
@@ -177,6 +179,9 @@ func Handler(svc *broker.Service, keys *agentcred.Keys, opts Options) http.Handl
 		writeJSON(w, http.StatusOK, Credential{AgentID: id, Credential: tok, ExpiresAt: exp.UTC(), JTI: c.ID})
 	})
 	mux.HandleFunc("POST /v1/agents/{id}/revoke", revokeCredentials(svc, opts))
+	if opts.Dashboard != nil {
+		mux.HandleFunc("GET /v1/dashboard", opts.Dashboard.Handler)
+	}
 	return mux
 }
 

@@ -32,6 +32,8 @@ type Options struct {
 	// agent's connections (its NATS user is the server's), so without it
 	// new delegations would still reach the agent.
 	QuarantineOnRevokeAll bool
+	// Dashboard serves GET /v1/dashboard (nil: 404).
+	Dashboard *Dashboard
 }
 
 // operatorRecord starts an audit record of kind by the request's operator.

@@ -576,7 +576,9 @@ func answerParts(r *task.Record, a Answer) ([]a2a.Part, error) {
 // form) and the error is returned. An answer whose delivery is
 // unconfirmed stays in the outbox and is redelivered. The history names
 // how it was answered (reason "answered", or "answered_data"), never the
-// answer.
+// answer; the record's Exchanges keep the question and answer, bounded
+// (task.AddExchange), for operators (an answer the agent then refuses
+// stays there too).
 func (s *Service) RespondAnswer(ctx context.Context, p Principal, id string, a Answer) (*task.Record, error) {
 	if err := checkAnswer(a); err != nil {
 		return nil, err
@@ -607,13 +609,14 @@ func (s *Service) RespondAnswer(ctx context.Context, p Principal, id string, a A
 		if err != nil {
 			return err
 		}
-		how := "answered"
+		how, text := "answered", a.Text
 		if a.Data != nil {
-			how = "answered_data"
+			how, text = "answered_data", *parts[0].Text
 		}
 		if err := r.MoveBy(now, task.EventResume, task.SourceHost, how, "", p.Subject); err != nil {
 			return err
 		}
+		r.AddExchange(now, question, text, a.Data != nil, p.Subject)
 		r.Outbox = &task.Outbound{Method: a2a.MethodSendMessage, MessageID: msg.MessageID, Params: params,
 			Question: question, QuestionSchema: form, Attempts: 1, NotBefore: now.Add(leaseFor(r)), SentAt: now}
 		wrote = params

@@ -536,12 +536,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		mux := http.NewServeMux()
 		origins := allowedOrigins(d.HTTPURL, public, cfg.HTTPAllowedOrigins)
 		mux.Handle("/mcp", originGuard(origins, d.obs.httpRefused, d.Auth.ProtectMCP(rates.MCP(mcpedge.HTTPHandler(d.MCP, log)))))
+		dashboard := admin.NewDashboard(d.Metrics.Registry)
+		d.wg.Add(1)
+		go func() { defer d.wg.Done(); dashboard.Run(runCtx) }()
 		var adminAPI http.Handler = d.Auth.RequireScope(mcpedge.ScopeAdmin, rates.Admin(admin.Handler(d.Service, d.AgentKeys, admin.Options{Audit: d.Audit, JS: js, Stopping: stopping,
-			Revoke: d.Revoke, QuarantineOnRevokeAll: d.ns == nil && d.kicker == nil})))
+			Revoke: d.Revoke, QuarantineOnRevokeAll: d.ns == nil && d.kicker == nil, Dashboard: dashboard})))
 		if cfg.TLS.ClientCAFile != "" {
 			adminAPI = requireClientCertificate(d.obs.httpRefused, adminAPI)
 		}
 		mux.Handle("/v1/", originGuard(origins, d.obs.httpRefused, loopbackHostOnly(ln.Addr(), adminAPI)))
+		mux.Handle("/console/", d.consoleHandler(ln.Addr(), origins, adminAPI))
 		mux.Handle(mcpedge.MetadataPath, d.Auth.MetadataHandler())
 		mux.Handle(mcpedge.MetadataPath+"/mcp", d.Auth.MetadataHandler())
 		mux.HandleFunc("/healthz", healthz)

@@ -212,6 +212,11 @@ func TestStructuredQuestionAnsweredWithAnswerData(t *testing.T) {
 	if !reflect.DeepEqual(how, []string{"answered_data"}) {
 		t.Errorf("resume reasons %q, want [answered_data]: the history names a structured answer, never its content", how)
 	}
+	// The record keeps the question and a2ad's encoding of the answer, for operators.
+	if len(rec.Exchanges) != 1 || rec.Exchanges[0].Question != got.Question || rec.Exchanges[0].Answer != `{"approve":true,"note":"ok"}` ||
+		!rec.Exchanges[0].Data || rec.Exchanges[0].By == "" || rec.Exchanges[0].By != resumeBy(rec) {
+		t.Errorf("exchanges %+v", rec.Exchanges)
+	}
 	// A free-text question refuses answer_data.
 	free, _ := s.call(t, "delegate", delegateArgs(evidence("C-9005", 125000)), nil)
 	if free == nil || free.State != "input-required" || free.QuestionSchema != nil {
@@ -311,4 +316,15 @@ func TestHTTPAgentStructuredQuestion(t *testing.T) {
 	if !reflect.DeepEqual(fa, []string{`{"approve":false,"note":"no ID"}`}) {
 		t.Errorf("the agent got data parts %q", fa)
 	}
+}
+
+// resumeBy is the subject of the record's last resume transition.
+func resumeBy(r *task.Record) string {
+	by := ""
+	for _, h := range r.History {
+		if h.Event == "resume" {
+			by = h.By
+		}
+	}
+	return by
 }

@@ -1,0 +1,379 @@
+// Package console serves a2ad's web console under /console/: a one-page
+// application (assets embedded in the binary, no build step) that reads and
+// acts through the operators' admin API (internal/admin), with the
+// logged-in operator's own token.
+//
+// Security model (docs/console.md):
+//
+//   - Login: POST /console/login (form-encoded) with token=<a JWT with scope
+//     a2a:admin>, verified by the daemon's own verifier (Options.Verify), or
+//     code=<a one-time code> minted by POST /console/api/code (what `a2ad
+//     console` calls with its admin token). A code is 32 random bytes, valid
+//     for CodeTTL, used once, and is not the token.
+//   - The session: a random 32-byte id in cookie a2ad_console (HttpOnly,
+//     Secure, SameSite=Strict, Path=/console/, Max-Age the session's life),
+//     mapped in memory to the verified token; the session ends at the
+//     token's expiry or after SessionTTL, whichever is first. The token is
+//     never in a URL, in the page or in JS-readable storage.
+//   - CSRF: every POST but the login needs header X-CSRF-Token equal to the
+//     session's token (GET /console/api/session gives it to the page, which
+//     keeps it in memory), and every POST, the login included, passes
+//     net/http's CrossOriginProtection (Sec-Fetch-Site same-origin or none,
+//     else an Origin equal to the Host). Refusals are 403 with a JSON error.
+//   - Every response carries CSP, X-Content-Type-Options nosniff,
+//     Referrer-Policy same-origin (no-referrer would make the
+//     login form's Origin "null"), X-Frame-Options DENY and Cache-Control
+//     no-store.
+//
+// /console/api/v1/... is the admin API's /v1/...: the request goes to
+// Options.Admin with the session's token as its Authorization header (and
+// without the cookie), so the operator is named by the token's subject.
+package console
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CSP is the Content-Security-Policy of every console response.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// CookieName is the session cookie's name.
+const CookieName = "a2ad_console"
+
+// Bounds of the in-memory state.
+const (
+	// SessionTTL is a session's longest life (shorter when its token
+	// expires first).
+	SessionTTL = 8 * time.Hour
+	// CodeTTL is a one-time login code's life.
+	CodeTTL = 60 * time.Second
+	// MaxSessions and MaxCodes bound what a console keeps; past them a
+	// login or a code is refused with 503 until some expire.
+	MaxSessions = 1000
+	MaxCodes    = 100
+	// maxLoginBytes bounds a login form.
+	maxLoginBytes = 64 << 10
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Identity is what a verified admin token says.
+type Identity struct {
+	Subject string
+	Tenant  string
+	// Expires is the token's expiry (zero: none).
+	Expires time.Time
+}
+
+// ErrNotAdmin is returned by Options.Verify for a valid token without
+// scope a2a:admin.
+var ErrNotAdmin = errors.New("the token has no scope a2a:admin")
+
+// Options configure a Console.
+type Options struct {
+	// Verify checks an admin token (signature, claims, scope a2a:admin):
+	// the daemon's own verifier. Its error's text is shown to the operator
+	// and must be a2ad's words (mcpedge.TokenError, ErrNotAdmin).
+	Verify func(token string) (Identity, error)
+	// Admin is the admin API handler (paths /v1/...), token check included.
+	Admin http.Handler
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Console is the web console's state: sessions and one-time codes, in
+// memory (a restart logs every operator out).
+type Console struct {
+	opts     Options
+	cop      *http.CrossOriginProtection
+	login    *template.Template
+	static   http.Handler
+	mu       sync.Mutex
+	sessions map[string]*session
+	codes    map[string]code
+}
+
+type session struct {
+	token, csrf string
+	id          Identity
+	expires     time.Time
+}
+
+type code struct {
+	token   string
+	id      Identity
+	expires time.Time
+}
+
+// New returns a console; Handler serves it.
+func New(opts Options) *Console {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	sub, _ := fs.Sub(assets, "assets")
+	c := &Console{opts: opts, cop: http.NewCrossOriginProtection(), sessions: map[string]*session{}, codes: map[string]code{},
+		login:  template.Must(template.ParseFS(assets, "assets/login.html")),
+		static: http.StripPrefix("/console/assets/", http.FileServerFS(sub))}
+	c.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeErr(w, http.StatusForbidden, "cross_origin", "refused: a state-changing request from another site (Sec-Fetch-Site / Origin)")
+	}))
+	return c
+}
+
+// Handler serves /console/ (paths under it; mount it at "/console/"):
+//
+//	GET  /console/                  the application (303 to /console/login without a session)
+//	GET  /console/login             the login form
+//	POST /console/login             token=… or code=… → 303 /console/ with the cookie; 401 with the form and why
+//	POST /console/logout            (CSRF) ends the session
+//	GET  /console/api/session       {"subject","tenant","expires_at","csrf_token"}
+//	POST /console/api/code          Authorization: Bearer <admin token> → {"code","expires_at"}
+//	     /console/api/v1/…          the admin API (POST needs CSRF)
+//	GET  /console/assets/…          app.js, app.css, login.js
+func (c *Console) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /console/{$}", func(w http.ResponseWriter, r *http.Request) {
+		if c.session(r) == nil {
+			http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+			return
+		}
+		http.ServeFileFS(w, r, assets, "assets/index.html")
+	})
+	mux.HandleFunc("GET /console/login", func(w http.ResponseWriter, r *http.Request) { c.loginPage(w, http.StatusOK, "") })
+	mux.Handle("POST /console/login", c.cop.Handler(http.HandlerFunc(c.doLogin)))
+	mux.Handle("POST /console/logout", c.guard(func(w http.ResponseWriter, r *http.Request, s *session) {
+		c.mu.Lock()
+		for k, v := range c.sessions {
+			if v == s {
+				delete(c.sessions, k)
+			}
+		}
+		c.mu.Unlock()
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+		writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
+	}))
+	mux.HandleFunc("GET /console/api/session", func(w http.ResponseWriter, r *http.Request) {
+		s := c.session(r)
+		if s == nil {
+			writeErr(w, http.StatusUnauthorized, "not_logged_in", "no console session: log in at /console/login")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"subject": s.id.Subject, "tenant": s.id.Tenant, "expires_at": s.expires.UTC(), "csrf_token": s.csrf})
+	})
+	mux.HandleFunc("POST /console/api/code", c.mintCode)
+	mux.Handle("/console/api/v1/", c.guard(c.forward))
+	mux.Handle("GET /console/assets/", c.static)
+	return headers(mux)
+}
+
+// headers sets the headers of every console response.
+func headers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", CSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "same-origin") // not no-referrer: with it a form post's Origin is "null", which the Origin guard refuses
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// guard runs h for a request with a live session; a POST (any method but
+// GET and HEAD) must pass CrossOriginProtection and carry the session's
+// CSRF token in X-CSRF-Token.
+func (c *Console) guard(h func(http.ResponseWriter, *http.Request, *session)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := c.session(r)
+		if s == nil {
+			writeErr(w, http.StatusUnauthorized, "not_logged_in", "no console session, or it expired: log in at /console/login")
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if err := c.cop.Check(r); err != nil {
+				writeErr(w, http.StatusForbidden, "cross_origin", "refused: a state-changing request from another site (Sec-Fetch-Site / Origin)")
+				return
+			}
+			got := r.Header.Get("X-CSRF-Token")
+			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
+				writeErr(w, http.StatusForbidden, "csrf_token_invalid", "refused: X-CSRF-Token is missing or is not this session's")
+				return
+			}
+		}
+		h(w, r, s)
+	})
+}
+
+// session is the live session of r's cookie, or nil.
+func (c *Console) session(r *http.Request) *session {
+	ck, err := r.Cookie(CookieName)
+	if err != nil || ck.Value == "" {
+		return nil
+	}
+	now := c.opts.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sessions[ck.Value]
+	if s == nil {
+		return nil
+	}
+	if !now.Before(s.expires) {
+		delete(c.sessions, ck.Value)
+		return nil
+	}
+	return s
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_ = c.login.Execute(w, map[string]string{"Error": msg})
+}
+
+// doLogin exchanges a pasted token or a one-time code for a session.
+func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBytes)
+	if err := r.ParseForm(); err != nil {
+		c.loginPage(w, http.StatusBadRequest, "The login form did not arrive whole (at most 64 KiB of form fields).")
+		return
+	}
+	tok, cd := strings.TrimSpace(r.PostForm.Get("token")), strings.TrimSpace(r.PostForm.Get("code"))
+	var id Identity
+	switch {
+	case cd != "":
+		c.mu.Lock()
+		got, ok := c.codes[cd]
+		delete(c.codes, cd) // used once, even when it has expired
+		c.mu.Unlock()
+		if !ok || !c.opts.Now().Before(got.expires) {
+			c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
+			return
+		}
+		tok, id = got.token, got.id
+	case tok != "":
+		tok = strings.TrimPrefix(tok, "Bearer ")
+		var err error
+		if id, err = c.opts.Verify(tok); err != nil {
+			c.loginPage(w, http.StatusUnauthorized, "Token refused: "+err.Error())
+			return
+		}
+	default:
+		c.loginPage(w, http.StatusBadRequest, "Paste an admin token (scope a2a:admin), or open the link `a2ad console` prints.")
+		return
+	}
+	now := c.opts.Now()
+	exp := now.Add(SessionTTL)
+	if !id.Expires.IsZero() && id.Expires.Before(exp) {
+		exp = id.Expires
+	}
+	if !now.Before(exp) {
+		c.loginPage(w, http.StatusUnauthorized, "Token refused: it has expired.")
+		return
+	}
+	sid, csrf := random(), random()
+	c.mu.Lock()
+	c.sweep(now)
+	full := len(c.sessions) >= MaxSessions
+	if !full {
+		c.sessions[sid] = &session{token: tok, csrf: csrf, id: id, expires: exp}
+	}
+	c.mu.Unlock()
+	if full {
+		c.loginPage(w, http.StatusServiceUnavailable, "Too many console sessions are open; try again when some have expired.")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/console/", MaxAge: int(exp.Sub(now) / time.Second),
+		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+}
+
+// mintCode answers POST /console/api/code: an admin token in the
+// Authorization header (never a cookie: a page on another site cannot set
+// that header) gets a one-time login code for a session with that token.
+func (c *Console) mintCode(w http.ResponseWriter, r *http.Request) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || strings.TrimSpace(tok) == "" {
+		writeErr(w, http.StatusUnauthorized, "unauthorized", "POST /console/api/code needs Authorization: Bearer <a token with scope a2a:admin>")
+		return
+	}
+	id, err := c.opts.Verify(tok)
+	if err != nil {
+		writeErr(w, http.StatusUnauthorized, "invalid_token", err.Error())
+		return
+	}
+	now := c.opts.Now()
+	exp := now.Add(CodeTTL)
+	if !id.Expires.IsZero() && id.Expires.Before(exp) {
+		exp = id.Expires
+	}
+	cd := random()
+	c.mu.Lock()
+	c.sweep(now)
+	full := len(c.codes) >= MaxCodes
+	if !full {
+		c.codes[cd] = code{token: tok, id: id, expires: exp}
+	}
+	c.mu.Unlock()
+	if full {
+		writeErr(w, http.StatusServiceUnavailable, "too_many_codes", "too many unused login codes; try again within a minute")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"code": cd, "expires_at": exp.UTC()})
+}
+
+// sweep forgets expired sessions and codes; c.mu is held.
+func (c *Console) sweep(now time.Time) {
+	for k, s := range c.sessions {
+		if !now.Before(s.expires) {
+			delete(c.sessions, k)
+		}
+	}
+	for k, cd := range c.codes {
+		if !now.Before(cd.expires) {
+			delete(c.codes, k)
+		}
+	}
+}
+
+// forward hands /console/api/v1/… to the admin API as /v1/… with the
+// session's token.
+func (c *Console) forward(w http.ResponseWriter, r *http.Request, s *session) {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/console/api")
+	r2.URL.RawPath = ""
+	r2.RequestURI = ""
+	r2.Header.Del("Cookie")
+	r2.Header.Del("X-CSRF-Token")
+	r2.Header.Set("Authorization", "Bearer "+s.token)
+	c.opts.Admin.ServeHTTP(w, r2)
+}
+
+// random is 32 random bytes, base64url.
+func random() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
