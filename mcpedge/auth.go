@@ -497,7 +497,10 @@ func refusalCode(reason string) string {
 
 // RequireScope protects an HTTP handler (the admin API): a valid token with
 // scope, else the RFC 6750 challenge. The principal is in the request
-// context (PrincipalFromContext).
+// context (PrincipalFromContext), and that context ends, with cause
+// [ErrTokenExpired], when the token does (its exp plus the leeway): a
+// long request such as the admin API's task watch does not outlive the
+// token that opened it.
 func (a *Authenticator) RequireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ti := a.authenticate(w, r, scope)
@@ -505,9 +508,19 @@ func (a *Authenticator) RequireScope(scope string, next http.Handler) http.Handl
 			return
 		}
 		p, _ := PrincipalOf(ti)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		if !ti.Expiration.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, ti.Expiration.Add(time.Duration(a.cfg.LeewaySeconds)*time.Second), ErrTokenExpired)
+			defer cancel()
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// ErrTokenExpired is the cause of a request context [Authenticator.RequireScope]
+// ended because the request's token expired (context.Cause).
+var ErrTokenExpired = errors.New("mcpedge: the request's token expired")
 
 // ContextWithPrincipal is ctx carrying p as the verified principal
 // PrincipalFromContext returns: for a handler behind another verifier

@@ -1,7 +1,11 @@
 package mcpedge
 
 import (
+	"context"
 	"crypto/sha256"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -128,5 +132,37 @@ func TestTokenCacheBounds(t *testing.T) {
 	}
 	if n := len(c.m); n > TokenCacheSize {
 		t.Errorf("cache holds %d tokens, more than %d", n, TokenCacheSize)
+	}
+}
+
+// A request RequireScope lets through ends, with cause ErrTokenExpired,
+// when its token does (exp plus the leeway): an admin watch opened with a
+// token does not outlive it (red team: a watch streamed on after expiry).
+func TestRequireScopeEndsTheRequestAtExpiry(t *testing.T) {
+	a, secret, sign := hs256Authenticator(t)
+	exp := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Second)
+	tok := sign(secret, exp, ScopeAdmin)
+	type end struct {
+		at    time.Time
+		cause error
+	}
+	got := make(chan end, 1)
+	h := a.RequireScope(ScopeAdmin, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		got <- end{time.Now(), context.Cause(r.Context())}
+	}))
+	req := httptest.NewRequest("GET", "/v1/tasks/watch", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	go h.ServeHTTP(httptest.NewRecorder(), req)
+	select {
+	case e := <-got:
+		if !errors.Is(e.cause, ErrTokenExpired) {
+			t.Errorf("cause %v, want ErrTokenExpired", e.cause)
+		}
+		if deadline := exp.Add(time.Second); e.at.Before(deadline) {
+			t.Errorf("ended %v before exp + leeway", deadline.Sub(e.at))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request still runs 10 s after the token's expiry")
 	}
 }

@@ -303,8 +303,11 @@ func (f *adminFlags) watch(ctx context.Context, q url.Values, stdout, stderr io.
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if sc.Text() == "event: shutdown" {
+		switch sc.Text() {
+		case "event: shutdown":
 			return errors.New("watch: a2ad is shutting down; watch again (another instance, or this one once restarted)")
+		case "event: token_expired":
+			return errors.New("watch: the token expired; watch again with a fresh one")
 		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {

@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"container/heap"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -394,7 +395,9 @@ func decodeBodyOptional(w http.ResponseWriter, r *http.Request, v any) bool {
 // watchTasks streams task changes as Server-Sent Events ("event: task",
 // data a TaskChange): a task's write is reported when it records a
 // transition or changes the state or reason. An SSE comment goes every
-// heartbeatEvery. Its KV watcher ends with the request.
+// heartbeatEvery. Its KV watcher ends with the request; the stream ends
+// with "event: shutdown" when a2ad stops and with "event: token_expired"
+// when the token that opened it expires.
 func watchTasks(svc *broker.Service, stopping <-chan struct{}) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		f, _, _, err := parseQuery(r.URL.Query(), "state", "agent", "tenant")
@@ -426,6 +429,13 @@ func watchTasks(svc *broker.Service, stopping <-chan struct{}) http.HandlerFunc 
 			var msg []byte
 			select {
 			case <-ctx.Done():
+				// The token that opened the stream expired (RequireScope
+				// ends the request then): say so, so that a client gets
+				// a fresh token rather than reconnect with this one.
+				if errors.Is(context.Cause(ctx), mcpedge.ErrTokenExpired) {
+					_, _ = io.WriteString(w, "event: token_expired\ndata: {}\n\n")
+					_ = rc.Flush()
+				}
 				return
 			case <-stopping:
 				// a2ad is shutting down: say so, so that a client

@@ -44,7 +44,14 @@ func newAPI(t testing.TB) *api {
 	// As behind the daemon's token check: the operator is the token's subject.
 	h := Handler(svc, nil, Options{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(mcpedge.ContextWithPrincipal(r.Context(), broker.Principal{Subject: "ops-bob", Tenant: "default"})))
+		ctx := mcpedge.ContextWithPrincipal(r.Context(), broker.Principal{Subject: "ops-bob", Tenant: "default"})
+		// As RequireScope ends a request when its token expires.
+		if d, err := time.ParseDuration(r.Header.Get("Test-Token-Expires-In")); err == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, d, mcpedge.ErrTokenExpired)
+			defer cancel()
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)
 	return &api{t: t, url: srv.URL, store: st, js: js}
@@ -321,10 +328,16 @@ type sse struct {
 	stop  context.CancelFunc
 }
 
-func (a *api) watch(query string) *sse {
+func (a *api) watch(query string) *sse { return a.watchFor(query, 0) }
+
+// watchFor is watch with a token that expires after expiresIn (0: never).
+func (a *api) watchFor(query string, expiresIn time.Duration) *sse {
 	a.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", a.url+"/v1/tasks/watch"+query, nil)
+	if expiresIn > 0 {
+		req.Header.Set("Test-Token-Expires-In", expiresIn.String())
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		a.t.Fatal(err)
@@ -426,6 +439,24 @@ func TestWatchTasks(t *testing.T) {
 			t.Fatalf("%d consumers after the client left, want %d", natstest.Consumers(t, a.js, "KV_"+task.Bucket), before)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A watch ends when the token that opened it expires, and says so.
+func TestWatchEndsWhenTheTokenExpires(t *testing.T) {
+	a := newAPI(t)
+	s := a.watchFor("", 300*time.Millisecond)
+	s.next(t, ": watching")
+	if l := s.next(t, "event: "); l != "event: token_expired" {
+		t.Errorf("event line %q, want event: token_expired", l)
+	}
+	select {
+	case _, ok := <-s.lines:
+		for ok {
+			_, ok = <-s.lines
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end")
 	}
 }
 

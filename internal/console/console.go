@@ -31,6 +31,7 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -62,6 +63,12 @@ const (
 	// login or a code is refused with 503 until some expire.
 	MaxSessions = 1000
 	MaxCodes    = 100
+	// MaxSessionsPerSubject and MaxCodesPerSubject bound one operator's
+	// (one token subject's) share: a login or a code past them replaces
+	// that subject's oldest, so that one token, or a script that logs in
+	// on every run, cannot fill the console and lock others out.
+	MaxSessionsPerSubject = 16
+	MaxCodesPerSubject    = 4
 	// maxLoginBytes bounds a login form.
 	maxLoginBytes = 64 << 10
 )
@@ -103,17 +110,25 @@ type Console struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	codes    map[string]code
+	seq      uint64 // orders sessions and codes by creation (c.mu)
 }
 
 type session struct {
 	token, csrf string
 	id          Identity
+	seq         uint64 // creation order
 	expires     time.Time
+	// ctx ends (end called) when the session does: at logout, expiry or
+	// replacement. Requests forwarded for it, the task watch included,
+	// end with it.
+	ctx context.Context
+	end context.CancelFunc
 }
 
 type code struct {
 	token   string
 	id      Identity
+	seq     uint64 // creation order
 	expires time.Time
 }
 
@@ -157,7 +172,7 @@ func (c *Console) Handler() http.Handler {
 		c.mu.Lock()
 		for k, v := range c.sessions {
 			if v == s {
-				delete(c.sessions, k)
+				c.endSession(k)
 			}
 		}
 		c.mu.Unlock()
@@ -230,19 +245,47 @@ func (c *Console) session(r *http.Request) *session {
 		return nil
 	}
 	if !now.Before(s.expires) {
-		delete(c.sessions, ck.Value)
+		c.endSession(ck.Value)
 		return nil
 	}
 	return s
 }
 
+// endSession forgets session sid and ends its requests; c.mu is held.
+func (c *Console) endSession(sid string) {
+	if s := c.sessions[sid]; s != nil {
+		s.end()
+		delete(c.sessions, sid)
+	}
+}
+
 func (c *Console) loginPage(w http.ResponseWriter, status int, msg string) {
+	c.renderLogin(w, status, loginData{Error: msg})
+}
+
+// loginData fills login.html: an error, or the question a one-time link
+// asks of a browser that already has a session (Switch).
+type loginData struct {
+	Error  string
+	Switch *switchData
+}
+
+type switchData struct{ From, To, Code string }
+
+func (c *Console) renderLogin(w http.ResponseWriter, status int, d loginData) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_ = c.login.Execute(w, map[string]string{"Error": msg})
+	_ = c.login.Execute(w, d)
 }
 
 // doLogin exchanges a pasted token or a one-time code for a session.
+//
+// A code posted by a browser that already has a live session is not used
+// at once: the page asks the operator (409, "You are logged in as X; this
+// link logs you in as Y") and a click posts it again with switch=1. Else
+// a page on another site could navigate the operator's browser to a link
+// with its own code and have the operator act, unawares, under another
+// name (login.js posts a link's code by itself).
 func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBytes)
 	if err := r.ParseForm(); err != nil {
@@ -250,15 +293,24 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, cd := strings.TrimSpace(r.PostForm.Get("token")), strings.TrimSpace(r.PostForm.Get("code"))
+	now := c.opts.Now()
+	cur := c.session(r) // the browser's live session, if any
 	var id Identity
 	switch {
 	case cd != "":
 		c.mu.Lock()
 		got, ok := c.codes[cd]
-		delete(c.codes, cd) // used once, even when it has expired
+		if ok && !now.Before(got.expires) {
+			delete(c.codes, cd)
+			ok = false
+		}
 		c.mu.Unlock()
-		if !ok || !c.opts.Now().Before(got.expires) {
+		if !ok {
 			c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
+			return
+		}
+		if cur != nil && r.PostForm.Get("switch") != "1" {
+			c.renderLogin(w, http.StatusConflict, loginData{Switch: &switchData{From: cur.id.Subject, To: got.id.Subject, Code: cd}})
 			return
 		}
 		tok, id = got.token, got.id
@@ -273,7 +325,6 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 		c.loginPage(w, http.StatusBadRequest, "Paste an admin token (scope a2a:admin), or open the link `a2ad console` prints.")
 		return
 	}
-	now := c.opts.Now()
 	exp := now.Add(SessionTTL)
 	if !id.Expires.IsZero() && id.Expires.Before(exp) {
 		exp = id.Expires
@@ -282,21 +333,69 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 		c.loginPage(w, http.StatusUnauthorized, "Token refused: it has expired.")
 		return
 	}
-	sid, csrf := random(), random()
+	sid, ns := random(), newSession(tok, id, exp)
 	c.mu.Lock()
 	c.sweep(now)
-	full := len(c.sessions) >= MaxSessions
+	full := !c.makeRoom(id.Subject)
+	if cd != "" {
+		if _, ok := c.codes[cd]; !ok { // used by a concurrent login meanwhile
+			c.mu.Unlock()
+			ns.end()
+			c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
+			return
+		}
+		if !full {
+			delete(c.codes, cd) // used once; kept when the console is full, to be tried again
+		}
+	}
 	if !full {
-		c.sessions[sid] = &session{token: tok, csrf: csrf, id: id, expires: exp}
+		c.seq++
+		ns.seq = c.seq
+		c.sessions[sid] = ns
+		if cur != nil { // logging in again, or switching: the old session ends
+			for k, v := range c.sessions {
+				if v == cur {
+					c.endSession(k)
+				}
+			}
+		}
 	}
 	c.mu.Unlock()
 	if full {
+		ns.end()
 		c.loginPage(w, http.StatusServiceUnavailable, "Too many console sessions are open; try again when some have expired.")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/console/", MaxAge: int(exp.Sub(now) / time.Second),
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+}
+
+// newSession is a session with its own CSRF token and context.
+func newSession(tok string, id Identity, exp time.Time) *session {
+	ctx, end := context.WithCancel(context.Background())
+	return &session{token: tok, csrf: random(), id: id, expires: exp, ctx: ctx, end: end}
+}
+
+// makeRoom reports whether a session for subject may be added, ending
+// subject's oldest when it has MaxSessionsPerSubject; c.mu is held.
+func (c *Console) makeRoom(subject string) bool {
+	var oldest string
+	n := 0
+	for k, s := range c.sessions {
+		if s.id.Subject != subject {
+			continue
+		}
+		n++
+		if oldest == "" || s.seq < c.sessions[oldest].seq {
+			oldest = k
+		}
+	}
+	if n >= MaxSessionsPerSubject {
+		c.endSession(oldest)
+		return true
+	}
+	return len(c.sessions) < MaxSessions
 }
 
 // mintCode answers POST /console/api/code: an admin token in the
@@ -322,9 +421,23 @@ func (c *Console) mintCode(w http.ResponseWriter, r *http.Request) {
 	cd := random()
 	c.mu.Lock()
 	c.sweep(now)
+	var oldest string
+	n := 0
+	for k, v := range c.codes {
+		if v.id.Subject == id.Subject {
+			n++
+			if oldest == "" || v.seq < c.codes[oldest].seq {
+				oldest = k
+			}
+		}
+	}
+	if n >= MaxCodesPerSubject {
+		delete(c.codes, oldest) // one operator's unused codes replace each other
+	}
 	full := len(c.codes) >= MaxCodes
 	if !full {
-		c.codes[cd] = code{token: tok, id: id, expires: exp}
+		c.seq++
+		c.codes[cd] = code{token: tok, id: id, seq: c.seq, expires: exp}
 	}
 	c.mu.Unlock()
 	if full {
@@ -338,7 +451,7 @@ func (c *Console) mintCode(w http.ResponseWriter, r *http.Request) {
 func (c *Console) sweep(now time.Time) {
 	for k, s := range c.sessions {
 		if !now.Before(s.expires) {
-			delete(c.sessions, k)
+			c.endSession(k)
 		}
 	}
 	for k, cd := range c.codes {
@@ -350,8 +463,15 @@ func (c *Console) sweep(now time.Time) {
 
 // forward hands /console/api/v1/… to the admin API as /v1/… with the
 // session's token.
+//
+// The request ends when the session does (logout, replacement) or expires,
+// whichever is first: a task watch opened by a session does not outlive
+// it.
 func (c *Console) forward(w http.ResponseWriter, r *http.Request, s *session) {
-	r2 := r.Clone(r.Context())
+	ctx, cancel := context.WithDeadline(r.Context(), time.Now().Add(s.expires.Sub(c.opts.Now())))
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	r2 := r.Clone(ctx)
 	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/console/api")
 	r2.URL.RawPath = ""
 	r2.RequestURI = ""
