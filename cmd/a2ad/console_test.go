@@ -312,6 +312,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	if injected != 0 {
 		t.Errorf("the agent's card text became %d HTML elements", injected)
 	}
+	// The page's diff of two small cards, exactly; and of two hostile
+	// 30,000-line ones (a full alignment table took the page 28 s and
+	// 4 GB: red team), the changed block unaligned.
+	var small string
+	eval("small diff", `JSON.stringify(lineDiff(["{", "a", "b", "c", "}"], ["{", "a", "x", "c", "d", "}"]))`, &small)
+	if want := `{"lines":[[" ","{"],[" ","a"],["-","b"],["+","x"],[" ","c"],["+","d"],[" ","}"]],"aligned":true}`; small != want {
+		t.Errorf("lineDiff of two small cards: %s, want %s", small, want)
+	}
+	var large struct {
+		Lines, Removed, Added int
+		Aligned               bool
+	}
+	eval("large diff", `(function () {
+		var a = ["{"], b = ["{"];
+		for (var i = 0; i < 30000; i++) { a.push("0,"); b.push("1,"); }
+		a.push("}"); b.push("}");
+		var d = lineDiff(a, b);
+		return {lines: d.lines.length, removed: d.lines.filter(l => l[0] === "-").length, added: d.lines.filter(l => l[0] === "+").length, aligned: d.aligned};
+	})()`, &large)
+	if large.Lines != 60002 || large.Removed != 30000 || large.Added != 30000 || large.Aligned {
+		t.Errorf("lineDiff of two 30,000-line cards: %+v, want 60002 lines, 30000 removed, 30000 added, not aligned", large)
+	}
 	if fp, st := text("#fingerprint"), text("#agent-status"); fp != ag.Fingerprint || st != "quarantined" {
 		t.Errorf("agent page: %q %q, want %s quarantined", fp, st, ag.Fingerprint)
 	}

@@ -260,23 +260,41 @@ function viewAgents() {
   }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
-// lineDiff is a line diff (longest common subsequence) of a and b:
-// [[" "|"-"|"+", line]...].
+// DIFF_MAX_CELLS bounds the table lineDiff aligns lines with (4 bytes a
+// cell): past it the changed block is shown removed, then added.
+var DIFF_MAX_CELLS = 1000000;
+
+// lineDiff is a line diff of a and b: {lines: [[" "|"-"|"+", line]...],
+// aligned: false when the changed block was too large to align}. The
+// common first and last lines are taken off, then the rest is aligned by
+// a longest common subsequence, only while it is at most DIFF_MAX_CELLS
+// pairs of lines: an agent's card is not trusted, and a full table of two
+// 30,000-line cards took the page 28 s and 4 GB (red team).
 function lineDiff(a, b) {
-  var n = a.length, m = b.length, i, j, L = [];
-  for (i = 0; i <= n; i++) { L.push(new Array(m + 1).fill(0)); }
-  for (i = n - 1; i >= 0; i--) {
-    for (j = m - 1; j >= 0; j--) { L[i][j] = a[i] === b[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]); }
+  var out = [], pre = 0, suf = 0, i, j;
+  while (pre < a.length && pre < b.length && a[pre] === b[pre]) { out.push([" ", a[pre++]]); }
+  while (suf < a.length - pre && suf < b.length - pre && a[a.length - 1 - suf] === b[b.length - 1 - suf]) { suf++; }
+  var x = a.slice(pre, a.length - suf), y = b.slice(pre, b.length - suf), n = x.length, m = y.length, aligned = true;
+  if (n * m > DIFF_MAX_CELLS) {
+    aligned = false;
+    x.forEach(function (l) { out.push(["-", l]); });
+    y.forEach(function (l) { out.push(["+", l]); });
+  } else {
+    var w = m + 1, L = new Uint32Array((n + 1) * w);
+    for (i = n - 1; i >= 0; i--) {
+      for (j = m - 1; j >= 0; j--) { L[i * w + j] = x[i] === y[j] ? L[(i + 1) * w + j + 1] + 1 : Math.max(L[(i + 1) * w + j], L[i * w + j + 1]); }
+    }
+    i = 0; j = 0;
+    while (i < n && j < m) {
+      if (x[i] === y[j]) { out.push([" ", x[i]]); i++; j++; }
+      else if (L[(i + 1) * w + j] >= L[i * w + j + 1]) { out.push(["-", x[i++]]); }
+      else { out.push(["+", y[j++]]); }
+    }
+    while (i < n) { out.push(["-", x[i++]]); }
+    while (j < m) { out.push(["+", y[j++]]); }
   }
-  var out = []; i = 0; j = 0;
-  while (i < n && j < m) {
-    if (a[i] === b[j]) { out.push([" ", a[i]]); i++; j++; }
-    else if (L[i + 1][j] >= L[i][j + 1]) { out.push(["-", a[i++]]); }
-    else { out.push(["+", b[j++]]); }
-  }
-  while (i < n) { out.push(["-", a[i++]]); }
-  while (j < m) { out.push(["+", b[j++]]); }
-  return out;
+  for (i = b.length - suf; i < b.length; i++) { out.push([" ", b[i]]); }
+  return { lines: out, aligned: aligned };
 }
 
 function viewAgent(id) {
@@ -303,8 +321,9 @@ function viewAgent(id) {
     if (a.approved_card && a.card) {
       view.appendChild(el("h2", { text: "Changes against the approved card" }));
       if (a.changes && a.changes.length) { view.appendChild(el("p", { id: "changes", text: "changed: " + a.changes.join(", ") })); }
-      var pre = el("pre", { id: "card-diff" });
-      lineDiff(pretty(sorted(a.approved_card)).split("\n"), pretty(sorted(a.card)).split("\n")).forEach(function (d) {
+      var pre = el("pre", { id: "card-diff" }), diff = lineDiff(pretty(sorted(a.approved_card)).split("\n"), pretty(sorted(a.card)).split("\n"));
+      if (!diff.aligned) { view.appendChild(el("p", { id: "diff-unaligned", text: "The changed part is too large to align line by line: it is shown removed, then added." })); }
+      diff.lines.forEach(function (d) {
         pre.appendChild(el("div", { class: d[0] === "+" ? "diff-add" : d[0] === "-" ? "diff-del" : "", text: d[0] + " " + d[1] }));
       });
       view.appendChild(pre);
