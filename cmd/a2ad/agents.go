@@ -169,7 +169,7 @@ went to a file) and recorded in the audit trail:
 				_, err = fmt.Fprintln(c.OutOrStdout(), res.Credential)
 				return err
 			}
-			if err := out.commit(res.Credential + "\n"); err != nil {
+			if err := out.commit(res.Credential+"\n", res.JTI); err != nil {
 				return err
 			}
 			if f.asJSON {
@@ -263,6 +263,9 @@ func openSecretFile(path string, force bool) (*secretFile, error) {
 		return &secretFile{done: true}, nil
 	}
 	s := &secretFile{path: path}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, codedError("file_not_written", fmt.Errorf("--out %s: a directory; the credential was not minted (name a file)", path))
+	}
 	var err error
 	if force {
 		s.f, err = os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
@@ -283,7 +286,9 @@ func openSecretFile(path string, force bool) (*secretFile, error) {
 	return s, nil
 }
 
-func (s *secretFile) commit(content string) error {
+// commit writes content; jti names, in the error, the credential lost
+// when it cannot be written (for `a2ad agents revoke`).
+func (s *secretFile) commit(content, jti string) error {
 	if s.done {
 		return nil
 	}
@@ -298,7 +303,7 @@ func (s *secretFile) commit(content string) error {
 		err = os.Rename(s.tmp, s.path)
 	}
 	if err != nil {
-		return codedError("file_not_written", fmt.Errorf("--out %s: not written, the credential is lost (revoke its jti): %w", s.path, unwrapPath(err)))
+		return codedError("file_not_written", fmt.Errorf("--out %s: not written, the credential is lost (revoke its jti %s): %w", s.path, jti, unwrapPath(err)))
 	}
 	s.done = true
 	return nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +84,11 @@ func TestExitCodesAndJSONErrors(t *testing.T) {
 		{[]string{"tasks", "list", "--data-dir", empty}, 1, "Error: the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key\n",
 			"unauthorized", "the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key"},
 		{[]string{"tasks", "list", "--server", "http://127.0.0.1:1", "--token", "x"}, 1, "", "unreachable", ""},
+		// a2ad console as every admin command (red team: its faults were
+		// all "internal", exit 1).
+		{[]string{"console", "--ttl", "0s", "--data-dir", empty}, 2, "Error: console: --ttl 0s: want a duration above 0 and at most 720h\nRun 'a2ad console --help' for usage.\n", "usage", "console: --ttl 0s: want a duration above 0 and at most 720h"},
+		{[]string{"console", "--data-dir", empty}, 1, "Error: console: the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key\n",
+			"unauthorized", "console: the admin API needs a token with scope a2a:admin: pass --token (or A2AD_TOKEN), or --data-dir of a daemon that uses the development key"},
 	} {
 		stdout, stderr, status := exitOf(t, nil, bin, c.args...)
 		if status != c.status || stdout != "" || (c.stderr != "" && stderr != c.stderr) || !strings.HasPrefix(stderr, "Error: ") {
@@ -101,6 +107,41 @@ func TestExitCodesAndJSONErrors(t *testing.T) {
 	stdout, _, status := exitOf(t, nil, bin, "tasks", "get", "tsk-nope", "--json", "--server", d.HTTP, "--data-dir", d.DataDir)
 	if want := `{"error":{"code":"task_not_found","message":"task_not_found: no task tsk-nope"}}` + "\n"; status != 1 || stdout != want {
 		t.Errorf("tasks get tsk-nope --json: exit %d %q, want 1 %q", status, stdout, want)
+	}
+
+	// a2ad console --json prints the link as JSON, and --as names the
+	// operator of the session it opens (red team: it was always
+	// a2ad-console).
+	stdout, _, status = exitOf(t, nil, bin, "console", "--json", "--as", "bob", "--server", d.HTTP, "--data-dir", d.DataDir)
+	var link struct {
+		URL       string    `json:"url"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &link); status != 0 || err != nil || !strings.HasPrefix(link.URL, d.HTTP+"/console/login#code=") ||
+		time.Until(link.ExpiresAt) <= 0 || time.Until(link.ExpiresAt) > time.Minute {
+		t.Fatalf("console --json: exit %d %q", status, stdout)
+	}
+	_, code, _ := strings.Cut(link.URL, "#code=")
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.PostForm(d.HTTP+"/console/login", url.Values{"code": {code}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("login with console --as bob's link: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	req, _ := http.NewRequest("GET", d.HTTP+"/console/api/session", nil)
+	req.AddCookie(resp.Cookies()[0])
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess struct{ Subject string }
+	_ = json.NewDecoder(resp.Body).Decode(&sess)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || sess.Subject != "bob" {
+		t.Errorf("the session of console --as bob: %d %q, want bob", resp.StatusCode, sess.Subject)
 	}
 }
 
@@ -170,6 +211,15 @@ func TestCredentialOut(t *testing.T) {
 	}
 	if stdout, _, status := cli("--out", "-"); status != 0 || !jwtForm.MatchString(stdout) {
 		t.Errorf("--out -: exit %d, stdout %q; want the JWT", status, stdout)
+	}
+	// A directory is refused before a credential is minted, with or
+	// without --force (red team: --force minted one, then lost it).
+	dir := t.TempDir()
+	for _, force := range [][]string{nil, {"--force"}} {
+		if stdout, stderr, status := cli(append([]string{"--out", dir}, force...)...); status != 1 || stdout != "" ||
+			stderr != "Error: --out "+dir+": a directory; the credential was not minted (name a file)\n" {
+			t.Errorf("agents credential --out a directory %v: exit %d, stdout %q, stderr %q", force, status, stdout, stderr)
+		}
 	}
 }
 

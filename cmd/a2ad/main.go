@@ -150,7 +150,7 @@ func newServe() *cobra.Command {
 	f.BoolVar(&stdio, "stdio", false, "serve MCP on stdin/stdout instead of HTTP (logs go to stderr)")
 	f.StringVar(&o.DataDir, "data-dir", "./a2ad-data", "directory for the embedded NATS JetStream state")
 	f.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (MCP at /mcp, admin API at /v1/)")
-	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address")
+	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client listen address (port 0 or -1: a free one)")
 	f.StringVar(&o.NATSURL, "nats-url", "", "connect to this NATS server instead of embedding one (env A2AD_NATS_URL, which keeps a password out of the process list)")
 	f.StringVar(&o.SchemasDir, "schemas-dir", "", "directory of host JSON Schemas (draft-07); default: the built-in ones")
 	f.StringVar(&o.TLS.CertFile, "tls-cert", "", "serve HTTP over TLS with this PEM certificate (chain); reloaded on SIGHUP (config tls.cert_file)")

@@ -189,7 +189,13 @@ func (c *Console) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /console/api/code", c.mintCode)
 	mux.Handle("/console/api/v1/", c.guard(c.forward))
-	mux.Handle("GET /console/assets/", c.static)
+	mux.HandleFunc("GET /console/assets/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") { // files only: no directory's index.html
+			http.NotFound(w, r)
+			return
+		}
+		c.static.ServeHTTP(w, r)
+	})
 	return headers(mux)
 }
 

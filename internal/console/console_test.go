@@ -388,3 +388,18 @@ func TestForwardedStreamEndsWithTheSession(t *testing.T) {
 	br = watch(sid)
 	waitEOF("after the session's expiry", br)
 }
+
+// The assets are files: /console/assets/ is not the application's page.
+func TestAssetsAreFilesOnly(t *testing.T) {
+	srv, _, _ := fixture(t)
+	for path, want := range map[string]int{"/console/assets/": 404, "/console/assets/app.js": 200, "/console/assets/login.js": 200} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.Header.Get("Content-Security-Policy") != console.CSP {
+			t.Errorf("GET %s: %d (CSP %q), want %d with the CSP", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"), want)
+		}
+	}
+}

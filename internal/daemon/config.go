@@ -40,7 +40,7 @@ type Config struct {
 	// Default: http://<http_addr>, or https://<http_addr> with tls.
 	PublicURL string `yaml:"public_url"`
 	// NATSListen is the embedded server's client address (default
-	// 127.0.0.1:4222; port -1 picks a free one).
+	// 127.0.0.1:4222; port 0 or -1 picks a free one).
 	NATSListen string `yaml:"nats_listen"`
 	// CertificateCheckSeconds is how often a2ad looks at the certificate,
 	// key and CA files of tls and nats_tls and, when any changed, reloads

@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -32,12 +33,22 @@ func originGuard(allowed map[string]bool, refused func(reason string), h http.Ha
 }
 
 // allowedOrigins are the origins of a2ad's listener and public URL and
-// those configured (http_allowed_origins).
+// those configured (http_allowed_origins). A loopback listener is also
+// its own origin under the other loopback names (localhost, 127.0.0.1,
+// [::1], with its port): the names its Host check accepts, so that the
+// console opened at http://localhost:PORT works as at 127.0.0.1:PORT.
 func allowedOrigins(listener, public string, configured []string) map[string]bool {
 	allowed := map[string]bool{}
 	for _, base := range []string{listener, public} {
 		if u, err := url.Parse(base); err == nil {
 			configured = append(configured, u.Scheme+"://"+u.Host) // public_url may have a path
+		}
+	}
+	if u, err := url.Parse(listener); err == nil {
+		if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsLoopback() {
+			for _, name := range []string{"localhost", "127.0.0.1", "::1"} {
+				configured = append(configured, u.Scheme+"://"+net.JoinHostPort(name, u.Port()))
+			}
 		}
 	}
 	for _, o := range configured {

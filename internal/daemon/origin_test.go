@@ -45,6 +45,7 @@ func originRequest(t *testing.T, c *http.Client, base, dataDir, audience, path, 
 // Origin (go-sdk, curl) and a2ad's own are served.
 func TestForeignOriginIsRefused(t *testing.T) {
 	s := start(t, nil)
+	port := s.d.HTTPURL[strings.LastIndex(s.d.HTTPURL, ":")+1:]
 	for _, path := range []string{"/mcp", "/v1/tasks"} {
 		for origin, want := range map[string]int{
 			"":                      200,
@@ -53,6 +54,11 @@ func TestForeignOriginIsRefused(t *testing.T) {
 			"null":                  403,
 			s.d.HTTPURL + ".evil":   403,
 			"http://localhost:1234": 403,
+			// The loopback listener under its other loopback names (red
+			// team: the console at http://localhost:PORT was refused).
+			"http://localhost:" + port:  200,
+			"http://[::1]:" + port:      200,
+			"https://localhost:" + port: 403,
 		} {
 			status, body := originRequest(t, http.DefaultClient, s.d.HTTPURL, s.dataDir, s.d.Auth.Audience(), path, origin)
 			if status != want {
@@ -64,8 +70,8 @@ func TestForeignOriginIsRefused(t *testing.T) {
 			}
 		}
 	}
-	if got := metricLine(t, s.d.HTTPURL, `a2ad_auth_failures_total{edge="http",reason="origin_not_allowed"}`); got != "8" {
-		t.Errorf("a2ad_auth_failures_total{reason=origin_not_allowed} = %q, want 8 (4 foreign origins on 2 paths)", got)
+	if got := metricLine(t, s.d.HTTPURL, `a2ad_auth_failures_total{edge="http",reason="origin_not_allowed"}`); got != "10" {
+		t.Errorf("a2ad_auth_failures_total{reason=origin_not_allowed} = %q, want 10 (5 foreign origins on 2 paths)", got)
 	}
 }
 

@@ -361,6 +361,11 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: --nats-listen %q: bad port", o.Listen)
 	}
+	if port == 0 {
+		// Port 0 is a free port, as for every other listener (nats-server
+		// takes 0 for its default, 4222, and -1 for a free one).
+		port = server.RANDOM_PORT
+	}
 	if o.MaxMemory == 0 {
 		o.MaxMemory = DefaultMaxMemory
 	}

@@ -263,3 +263,17 @@ func TestMaxPendingClosesTheSlowConsumerOnly(t *testing.T) {
 		t.Fatal("the publisher or the reading subscriber was harmed by the slow one")
 	}
 }
+
+// Port 0 is a free port, as for a2ad's HTTP listener, not nats-server's
+// default 4222 (red team: --nats-listen 127.0.0.1:0 took 4222).
+func TestPortZeroIsAFreePort(t *testing.T) {
+	s, err := Start(Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", MaxStore: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	addr, ok := s.Addr().(*net.TCPAddr)
+	if !ok || addr.Port == 0 || addr.Port == server.DEFAULT_PORT {
+		t.Fatalf("listening on %v, want a free port other than %d", s.Addr(), server.DEFAULT_PORT)
+	}
+}
