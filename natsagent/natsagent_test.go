@@ -250,6 +250,9 @@ func (e *env) events(start uint64, n int) []event {
 		if m.Headers().Get(natsbind.HeaderA2AVersion) != "1.0" {
 			e.t.Fatalf("event without A2A-Version 1.0: %v", m.Headers())
 		}
+		if e.srv != nil && m.Headers().Get(natsbind.HeaderReplica) != e.srv.ReplicaID() {
+			e.t.Fatalf("event's A2ad-Replica %q, want the server's %q (§6.3)", m.Headers().Get(natsbind.HeaderReplica), e.srv.ReplicaID())
+		}
 		var sr a2a.StreamResponse
 		if err := json.Unmarshal(m.Data(), &sr); err != nil {
 			e.t.Fatal(err)

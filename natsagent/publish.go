@@ -53,6 +53,7 @@ func (s *Server) publish(ctx context.Context, t *task, ev a2a.Event) bool {
 		m.Data = body
 		m.Header.Set(natsbind.HeaderMsgID, msgID)
 		m.Header.Set(natsbind.HeaderA2AVersion, wire.Version)
+		m.Header.Set(natsbind.HeaderReplica, s.replica) // §6.3: the replica that holds the task
 		if t.traceparent != "" {
 			m.Header.Set(natsbind.HeaderTraceparent, t.traceparent)
 		}

@@ -166,7 +166,8 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	if completed {
 		failpoint.Hit("event-completed-before-apply")
 	}
-	opts := applyOpts{sequenced: true, waitGap: delivered < gapPatience && !last}
+	replica := natsbind.HeaderValue(m.Headers(), natsbind.HeaderReplica)
+	opts := applyOpts{sequenced: true, waitGap: delivered < gapPatience && !last, replica: replica}
 	err := t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
 	streamOrdered := errors.Is(err, errUnsequenced)
 	if streamOrdered {
@@ -182,7 +183,7 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 				return
 			}
 		}
-		err = t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), applyOpts{})
+		err = t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), applyOpts{replica: replica})
 	}
 	switch {
 	case errors.Is(err, errGap):
@@ -260,6 +261,10 @@ var (
 type applyOpts struct {
 	sequenced bool // order by the "<agentTaskId>.<seq>" id (else errUnsequenced if it has none)
 	waitGap   bool // a gap returns errGap instead of applying
+	// replica is the event's A2ad-Replica header ("" for none): recorded
+	// as the task's AgentReplica when it has none and it is one NATS
+	// token (docs/nats-binding.md §6.3).
+	replica string
 }
 
 // eventSeq parses a binding event id "<taskId>.<seq>", seq ≥ 1.
@@ -401,6 +406,12 @@ func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dro
 	if r.Outbox != nil && r.Outbox.Method == a2a.MethodSendMessage && r.Outbox.MessageID == BriefMessageID(r.ID) {
 		// Any event of the task proves the agent has the brief.
 		r.Outbox = nil
+	}
+	if r.AgentReplica == "" && o.replica != "" && natsbind.ValidToken(o.replica) {
+		// The replica that publishes the task's events holds it, as its
+		// SendMessage reply would say: when the event comes first, the
+		// reply then has nothing left to write.
+		r.AgentReplica = o.replica
 	}
 	err := t.applyItem(r, ev.item, ev.msgID, now)
 	if errors.Is(err, errNoChange) {

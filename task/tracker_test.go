@@ -697,3 +697,32 @@ func TestHugeQuestionIsCut(t *testing.T) {
 		t.Fatalf("state %s, question of %d bytes (valid UTF-8 %v)", r.State, len(r.Question), utf8.ValidString(r.Question))
 	}
 }
+
+// An event's A2ad-Replica names the replica that holds the task when the
+// record names none yet (its SendMessage reply not recorded): recorded
+// once, never changed by a later event, and ignored when it is not one
+// NATS token (docs/nats-binding.md §6.3).
+func TestEventRecordsTheReplicaOnce(t *testing.T) {
+	tr := newTracker(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		task    string
+		headers []string // A2ad-Replica of each event
+		want    string
+	}{
+		{"r1", []string{"rep-a", "rep-b"}, "rep-a"},
+		{"r2", []string{"", "rep-b"}, "rep-b"},
+		{"r3", []string{"not a token", "rep.c"}, ""},
+	} {
+		create(t, tr, c.task)
+		subj := "a2a.events.fraud-review." + c.task
+		for i, h := range c.headers {
+			if err := tr.apply(ctx, subj, fmt.Sprintf("%s.%d", c.task, i+1), []byte(working), applyOpts{sequenced: true, replica: h}); err != nil {
+				t.Fatalf("%s event %d: %v", c.task, i+1, err)
+			}
+		}
+		if r := get(t, tr, c.task); r.AgentReplica != c.want {
+			t.Errorf("%s: events with A2ad-Replica %q recorded %q, want %q", c.task, c.headers, r.AgentReplica, c.want)
+		}
+	}
+}

@@ -30,11 +30,13 @@ import (
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/a2ad/a2ad/task"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 type stack struct {
+	ns      *server.Server // the NATS server a2ad and the agent use
 	d       *daemon.Daemon
 	agent   *refagent.Agent
 	session *mcp.ClientSession
@@ -94,7 +96,7 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
-	s := &stack{d: d}
+	s := &stack{ns: ns, d: d}
 	nc, err := nats.Connect(ns.ClientURL(), refagent.ConnectOptions("fraud-review", "")...)
 	if err != nil {
 		t.Fatal(err)
