@@ -266,6 +266,30 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shots.take(ctx, "task-answered")
 
+	// Cancel from the console: a task waiting for its answer, canceled
+	// through the confirmation, is recorded as the operator's cancel.
+	open, err := h.delegateWhenAgentKnown(delegateArgs("C-4713", 125000, "", 5))
+	if err != nil || open.State != "input-required" {
+		t.Fatalf("delegate a task to cancel: %v %+v", err, open)
+	}
+	run("cancel", hash("#/tasks/"+open.TaskID), visible("#cancel"), chromedp.Click(chromedp.CSS("#cancel")),
+		poll("canceled", `(document.getElementById("task-state") || {}).textContent === "canceled"`))
+	mu.Lock()
+	if n := len(dialogs); n != 1 || dialogs[0] != "confirm: Cancel task "+open.TaskID+"?" {
+		t.Errorf("dialogs: %q", dialogs)
+	}
+	dialogs = nil
+	mu.Unlock()
+	var canceled struct {
+		State, Reason string
+		History       []struct{ Event, Source, By string }
+	}
+	adminGet(t, d.HTTP, token, "/v1/tasks/"+open.TaskID, &canceled)
+	if last := canceled.History[len(canceled.History)-1]; canceled.State != "canceled" || canceled.Reason != "canceled_by_operator" ||
+		last.Event != "cancel" || last.Source != "operator" || last.By != "console-operator" {
+		t.Errorf("canceled in the console: %s %s, last transition %+v; want canceled_by_operator by operator console-operator", canceled.State, canceled.Reason, last)
+	}
+
 	// A changed card quarantines the agent; the operator reviews the diff
 	// and approves it.
 	agent.Stop()
@@ -379,6 +403,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	// lists none of the two (both completed), state=completed both.
 	run("filter", hash("#/tasks?state=input-required"), poll("empty list", `!!document.getElementById("tasks") && document.querySelectorAll("#tasks tbody tr").length === 0 && document.getElementById("f-state").value === "input-required"`),
 		hash("#/tasks?state=completed"), poll("completed list", `document.querySelectorAll("#tasks tbody tr [data-state]").length === 2 && Array.from(document.querySelectorAll("#tasks tbody tr [data-state]")).every(e => e.textContent === "completed")`))
+	// Paging: one task a page, newest first, the next page by its link.
+	var both []string
+	eval("both", `Array.from(document.querySelectorAll("#tasks tbody tr")).map(r => r.id)`, &both)
+	run("first page", hash("#/tasks?state=completed&limit=1"), poll("one row", `document.querySelectorAll("#tasks tbody tr").length === 1 && !!document.getElementById("next-page")`))
+	var first, second []string
+	eval("first page", `Array.from(document.querySelectorAll("#tasks tbody tr")).map(r => r.id)`, &first)
+	run("next page", chromedp.Click(chromedp.CSS("#next-page")),
+		poll("the other row", `document.querySelectorAll("#tasks tbody tr").length === 1 && document.querySelector("#tasks tbody tr").id !== `+fmt.Sprintf("%q", strings.Join(first, ""))+``))
+	eval("second page", `Array.from(document.querySelectorAll("#tasks tbody tr")).map(r => r.id)`, &second)
+	if len(both) != 2 || len(first) != 1 || len(second) != 1 || first[0] != both[0] || second[0] != both[1] {
+		t.Errorf("pages of one: %q then %q, want %q in order", first, second, both)
+	}
 
 	// The audit, searched by task and kind.
 	run("audit", hash("#/audit"), visible("#audit-filters"),
@@ -401,10 +437,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shots.take(ctx, "audit")
 
-	// The dashboard: two delegations this hour, none failed.
+	// The dashboard: three delegations this hour, none failed (a cancel is no failure).
 	run("dashboard", hash("#/dashboard"), visible("#delegations"))
-	if n, f := text("#delegations .big"), text("#failures .big"); n != "2" || f != "0" {
-		t.Errorf("dashboard: %s delegations, %s failures; want 2, 0", n, f)
+	if n, f := text("#delegations .big"), text("#failures .big"); n != "3" || f != "0" {
+		t.Errorf("dashboard: %s delegations, %s failures; want 3, 0", n, f)
 	}
 	shots.take(ctx, "dashboard")
 
