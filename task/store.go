@@ -846,6 +846,14 @@ func withCachedReads(ctx context.Context) context.Context {
 	return context.WithValue(ctx, cachedReadKey{}, true)
 }
 
+// WithCachedReads marks ctx for [Store.Update]: its read before the
+// compare-and-swap may be served from the value this process last wrote
+// or its watcher last saw (no KV read), which the swap guards — a stale
+// value loses the swap, and the retry reads the store. Only for an Update
+// whose mutate decides on what the record says at the swap; never for a
+// plain [Store.Get] whose answer a caller acts on unguarded.
+func WithCachedReads(ctx context.Context) context.Context { return withCachedReads(ctx) }
+
 func (c *revCache) get(id string) (uint64, []byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

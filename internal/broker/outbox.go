@@ -649,7 +649,10 @@ func (s *Service) settle(ctx context.Context, id string, o task.Outbound, res []
 		at, _ = decodeTaskReply(res)
 	}
 	var cancelNow bool
-	got, err := s.Tasks.Update(ctx, id, func(r *task.Record) error {
+	// The record was written by this process moments ago (its create, or
+	// the agent's first event if the tracker here applied it): read from
+	// memory, the swap guards the write.
+	got, err := s.Tasks.Update(task.WithCachedReads(ctx), id, func(r *task.Record) error {
 		var changed bool
 		var err error
 		changed, cancelNow, err = applyReply(r, o, at, replica, time.Now().UTC())

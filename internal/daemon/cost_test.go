@@ -20,6 +20,7 @@ type natsCost struct {
 	// a2ad's store watcher), kvRefused the writes JetStream refused
 	// (a compare-and-swap lost: "wrong last sequence").
 	kvWrites            map[string]int
+	pending             map[string]string // a write's reply inbox → its task id
 	kvRefused, kvReads  int
 	agentRequests       int
 	events, eventAcks   int
@@ -33,13 +34,21 @@ func (c *natsCost) see(m *nats.Msg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := m.Subject
+	if id, ok := c.pending[s]; ok { // JetStream's answer to a write of the task record
+		delete(c.pending, s)
+		switch {
+		case strings.Contains(string(m.Data), `"wrong last sequence`):
+			c.kvRefused++
+		case !strings.Contains(string(m.Data), `"error"`):
+			c.kvWrites[id]++
+		}
+		return
+	}
 	switch {
 	case strings.HasPrefix(s, "$KV.a2ad_tasks.") && strings.HasPrefix(m.Reply, "$JS.ACK."):
-		c.kvWrites[strings.TrimPrefix(s, "$KV.a2ad_tasks.")]++
-	case strings.HasPrefix(s, "$KV.a2ad_tasks."):
-		// the write itself: counted by its delivery, or its refusal below
-	case strings.Contains(string(m.Data), `"wrong last sequence`):
-		c.kvRefused++
+		// a2ad's store watcher gets the write
+	case strings.HasPrefix(s, "$KV.a2ad_tasks.") && m.Reply != "":
+		c.pending[m.Reply] = strings.TrimPrefix(s, "$KV.a2ad_tasks.")
 	case strings.HasPrefix(s, "$JS.API.DIRECT.GET.KV_a2ad_tasks"):
 		c.kvReads++
 	case strings.HasPrefix(s, "a2a.agent.") && strings.Contains(s, ".rpc") && strings.Contains(string(m.Data), `"method":"SendMessage"`):
@@ -85,7 +94,7 @@ func TestDelegationCost(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // the warm-up's late settles and audit flushes
 
-	c := &natsCost{kvWrites: map[string]int{}, auditKinds: map[string]int{}, other: map[string]int{}}
+	c := &natsCost{kvWrites: map[string]int{}, pending: map[string]string{}, auditKinds: map[string]int{}, other: map[string]int{}}
 	nc, err := nats.Connect(s.ns.ClientURL(), nats.Name("cost-wiretap"))
 	if err != nil {
 		t.Fatal(err)
