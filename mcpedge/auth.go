@@ -497,10 +497,10 @@ func refusalCode(reason string) string {
 
 // RequireScope protects an HTTP handler (the admin API): a valid token with
 // scope, else the RFC 6750 challenge. The principal is in the request
-// context (PrincipalFromContext), and that context ends, with cause
-// [ErrTokenExpired], when the token does (its exp plus the leeway): a
-// long request such as the admin API's task watch does not outlive the
-// token that opened it.
+// context (PrincipalFromContext), and so is the instant the token stops
+// being valid (TokenExpiryFromContext: its exp plus the leeway), for a
+// long request such as the admin API's task watch to end then rather
+// than outlive the token that opened it. Short requests are not cut.
 func (a *Authenticator) RequireScope(scope string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ti := a.authenticate(w, r, scope)
@@ -510,17 +510,26 @@ func (a *Authenticator) RequireScope(scope string, next http.Handler) http.Handl
 		p, _ := PrincipalOf(ti)
 		ctx := context.WithValue(r.Context(), principalKey{}, p)
 		if !ti.Expiration.IsZero() {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadlineCause(ctx, ti.Expiration.Add(time.Duration(a.cfg.LeewaySeconds)*time.Second), ErrTokenExpired)
-			defer cancel()
+			ctx = context.WithValue(ctx, expiryKey{}, ti.Expiration.Add(time.Duration(a.cfg.LeewaySeconds)*time.Second))
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
-// ErrTokenExpired is the cause of a request context [Authenticator.RequireScope]
-// ended because the request's token expired (context.Cause).
-var ErrTokenExpired = errors.New("mcpedge: the request's token expired")
+type expiryKey struct{}
+
+// TokenExpiryFromContext is when the token RequireScope verified stops
+// being accepted (its exp plus the leeway); false for a token without exp.
+func TokenExpiryFromContext(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(expiryKey{}).(time.Time)
+	return t, ok
+}
+
+// ContextWithTokenExpiry is ctx carrying at as TokenExpiryFromContext's
+// answer: for a handler behind another verifier than RequireScope.
+func ContextWithTokenExpiry(ctx context.Context, at time.Time) context.Context {
+	return context.WithValue(ctx, expiryKey{}, at)
+}
 
 // ContextWithPrincipal is ctx carrying p as the verified principal
 // PrincipalFromContext returns: for a handler behind another verifier

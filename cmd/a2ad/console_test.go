@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/a2ad/a2ad"
+	"github.com/a2ad/a2ad/internal/console"
 	"github.com/a2ad/a2ad/internal/refagent"
 	"github.com/a2ad/a2ad/mcpedge"
 	"github.com/chromedp/cdproto/page"
@@ -192,8 +193,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	var seen string
 	eval("storage", `document.cookie + "|" + JSON.stringify(localStorage) + "|" + JSON.stringify(sessionStorage) + "|" + location.href`, &seen)
-	if strings.Contains(seen, token) || strings.Contains(seen, "a2ad_console") {
-		t.Errorf("the token or the session cookie is readable by the page: %q", seen)
+	if strings.Contains(seen, token) || strings.Contains(seen, console.CookieName) || strings.Contains(seen, "#key=") {
+		t.Errorf("the token or the session cookie is readable by the page, or the page key left in the address: %q", seen)
+	}
+	var key string
+	eval("the page key", `localStorage.getItem("a2ad_console_key")`, &key)
+	if len(key) != 43 {
+		t.Errorf("the page key in localStorage: %q, want 43 characters", key)
 	}
 
 	// The task list follows the watch stream: a delegation appears, then

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,8 +14,11 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/a2ad/a2ad/internal/console"
 )
 
 // exitOf runs the binary and returns stdout, stderr and the exit status.
@@ -133,6 +137,7 @@ func TestExitCodesAndJSONErrors(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", d.HTTP+"/console/api/session", nil)
 	req.AddCookie(resp.Cookies()[0])
+	req.Header.Set(console.KeyHeader, strings.TrimPrefix(resp.Header.Get("Location"), "/console/#key="))
 	resp, err = c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -286,4 +291,51 @@ COMP_WORDS=(a2ad ta) COMP_CWORD=1 COMP_LINE="a2ad ta" COMP_POINT=7 && $fn a2ad t
 	if err != nil || strings.TrimSpace(string(got)) != "tasks" {
 		t.Errorf("a2ad ta<TAB>: %v %q, want tasks", err, got)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// `a2ad tasks watch` with a token it minted watches on when the token
+// expires (the admin API ends every stream then): it mints another and
+// reconnects, instead of exiting after five minutes (red team).
+func TestTasksWatchOutlivesItsMintedToken(t *testing.T) {
+	d := startDaemon(t, nil, "--config", configFile(t, "auth:\n  leeway_seconds: 1\n"), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--nats-listen", "127.0.0.1:-1")
+	prev := adminTokenTTL
+	adminTokenTTL = 2 * time.Second
+	t.Cleanup(func() { adminTokenTTL = prev })
+	var stdout, stderr syncBuffer
+	root := newRoot(&stdout, &stderr)
+	root.SetArgs([]string{"tasks", "watch", "--json", "--server", d.HTTP, "--data-dir", d.DataDir})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, "the watch reconnects with a fresh token", func() bool {
+		return strings.Contains(stderr.String(), "the watch's token expired; watching on with a fresh one")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the watch ended: %v\n%s", err, stderr.String())
+	default:
+	}
+	// Still watching: a task's change arrives on the new stream.
+	h := connectHost(t, d)
+	agentOn(t, d.NATS, credentialFor(t, d.NATS, d.DataDir), nil)
+	out, err := h.delegateWhenAgentKnown(delegateArgs("C-901", 1999, "", 10))
+	if err != nil || out.ErrText != "" {
+		t.Fatalf("delegate: %v %+v", err, out)
+	}
+	waitUntil(t, "the delegation on the watch after the reconnect", func() bool { return strings.Contains(stdout.String(), out.TaskID) })
 }

@@ -227,7 +227,15 @@ func newTasks() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return f.watch(ctx, watchFilter.query(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			for {
+				err := f.watch(ctx, watchFilter.query(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+				if !errors.Is(err, errWatchTokenExpired) || f.token != "" {
+					return err
+				}
+				// The token this CLI minted expired (every admin stream
+				// ends then): mint another and watch on.
+				fmt.Fprintln(cmd.ErrOrStderr(), "the watch's token expired; watching on with a fresh one")
+			}
 		},
 	}
 	watchFilter.bind(watch, false)
@@ -274,6 +282,9 @@ func (t *taskFilterFlags) query() url.Values {
 	return q
 }
 
+// errWatchTokenExpired: the watch stream ended with event: token_expired.
+var errWatchTokenExpired = errors.New("watch: the token expired; watch again with a fresh one")
+
 // watch follows GET /v1/tasks/watch until ctx ends (nil error) or the
 // stream does, printing a line per change, or its JSON with --json. Once
 // the daemon answered it says so on stderr.
@@ -307,7 +318,7 @@ func (f *adminFlags) watch(ctx context.Context, q url.Values, stdout, stderr io.
 		case "event: shutdown":
 			return errors.New("watch: a2ad is shutting down; watch again (another instance, or this one once restarted)")
 		case "event: token_expired":
-			return errors.New("watch: the token expired; watch again with a fresh one")
+			return errWatchTokenExpired
 		}
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {

@@ -166,8 +166,12 @@ func adminToken(server, token, dataDir, operator string) (string, error) {
 		return "", codedError("unauthorized", fmt.Errorf("the daemon of --data-dir %s serves %s, not %s: pass --server %s, or --token (or A2AD_TOKEN) for %s",
 			dataDir, origin(aud), origin(server), origin(aud), origin(server)))
 	}
-	return mcpedge.MintDevToken(dataDir, aud, operator, "default", mcpedge.ScopeAdmin, 5*time.Minute)
+	return mcpedge.MintDevToken(dataDir, aud, operator, "default", mcpedge.ScopeAdmin, adminTokenTTL)
 }
+
+// adminTokenTTL is the life of the admin tokens the CLI mints (a test
+// shortens it).
+var adminTokenTTL = 5 * time.Minute
 
 // origin is scheme://host:port of a URL ("" if it is not one).
 func origin(raw string) string {

@@ -3,7 +3,6 @@ package admin
 import (
 	"cmp"
 	"container/heap"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -425,17 +424,23 @@ func watchTasks(svc *broker.Service, stopping <-chan struct{}) http.HandlerFunc 
 		seen := map[string]mark{} // task id → as last reported
 		beat := time.NewTicker(heartbeatEvery)
 		defer beat.Stop()
+		// The stream ends when the token that opened it does.
+		var expired <-chan time.Time
+		if at, ok := mcpedge.TokenExpiryFromContext(ctx); ok {
+			t := time.NewTimer(time.Until(at))
+			defer t.Stop()
+			expired = t.C
+		}
 		for {
 			var msg []byte
 			select {
 			case <-ctx.Done():
-				// The token that opened the stream expired (RequireScope
-				// ends the request then): say so, so that a client gets
-				// a fresh token rather than reconnect with this one.
-				if errors.Is(context.Cause(ctx), mcpedge.ErrTokenExpired) {
-					_, _ = io.WriteString(w, "event: token_expired\ndata: {}\n\n")
-					_ = rc.Flush()
-				}
+				return
+			case <-expired:
+				// Said, so that a client gets a fresh token rather than
+				// reconnect with this one.
+				_, _ = io.WriteString(w, "event: token_expired\ndata: {}\n\n")
+				_ = rc.Flush()
 				return
 			case <-stopping:
 				// a2ad is shutting down: say so, so that a client

@@ -45,11 +45,9 @@ func newAPI(t testing.TB) *api {
 	h := Handler(svc, nil, Options{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := mcpedge.ContextWithPrincipal(r.Context(), broker.Principal{Subject: "ops-bob", Tenant: "default"})
-		// As RequireScope ends a request when its token expires.
+		// As RequireScope says when the request's token expires.
 		if d, err := time.ParseDuration(r.Header.Get("Test-Token-Expires-In")); err == nil {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, d, mcpedge.ErrTokenExpired)
-			defer cancel()
+			ctx = mcpedge.ContextWithTokenExpiry(ctx, time.Now().Add(d))
 		}
 		h.ServeHTTP(w, r.WithContext(ctx))
 	}))

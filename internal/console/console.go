@@ -9,17 +9,23 @@
 //     a2a:admin>, verified by the daemon's own verifier (Options.Verify), or
 //     code=<a one-time code> minted by POST /console/api/code (what `a2ad
 //     console` calls with its admin token). A code is 32 random bytes, valid
-//     for CodeTTL, used once, and is not the token.
-//   - The session: a random 32-byte id in cookie a2ad_console (HttpOnly,
-//     Secure, SameSite=Strict, Path=/console/, Max-Age the session's life),
-//     mapped in memory to the verified token; the session ends at the
-//     token's expiry or after SessionTTL, whichever is first. The token is
-//     never in a URL, in the page or in JS-readable storage.
-//   - CSRF: every POST but the login needs header X-CSRF-Token equal to the
-//     session's token (GET /console/api/session gives it to the page, which
-//     keeps it in memory), and every POST, the login included, passes
-//     net/http's CrossOriginProtection (Sec-Fetch-Site same-origin or none,
-//     else an Origin equal to the Host). Refusals are 403 with a JSON error.
+//     for CodeTTL, used once, and is not the token. login.js posts a link's
+//     code without a click only on a page the operator opened
+//     (Sec-Fetch-Site none or same-origin).
+//   - The session: a random 32-byte id in cookie __Host-a2ad_console
+//     (HttpOnly, Secure, SameSite=Strict, Path=/, Max-Age the session's
+//     life), mapped in memory to the verified token, plus a page key (32
+//     random bytes) the login's redirect hands the page in its fragment
+//     and every /console/api/ request carries (KeyHeader, or KeyParam on a
+//     watch stream): cookies do not separate ports, so the cookie alone,
+//     which a page on another port of the host also gets, is no session.
+//     The session ends at the token's expiry or after SessionTTL,
+//     whichever is first. The token is never in a URL, in the page or in
+//     JS-readable storage.
+//   - CSRF: every POST but the login needs the page key, and every POST,
+//     the login included, passes net/http's CrossOriginProtection
+//     (Sec-Fetch-Site same-origin or none, else an Origin equal to the
+//     Host). Refusals are JSON errors.
 //   - Every response carries CSP, X-Content-Type-Options nosniff,
 //     Referrer-Policy same-origin (no-referrer would make the
 //     login form's Origin "null"), X-Frame-Options DENY and Cache-Control
@@ -49,8 +55,23 @@ import (
 // CSP is the Content-Security-Policy of every console response.
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// CookieName is the session cookie's name.
-const CookieName = "a2ad_console"
+// CookieName is the session cookie's name. The __Host- prefix (RFC 6265bis
+// §4.1.3.2) makes browsers take it only with Secure, Path=/ and no Domain:
+// a page on another port of the same host (cookies do not separate ports)
+// can neither set one nor shadow it with a longer path.
+const CookieName = "__Host-a2ad_console"
+
+// KeyHeader carries the session's page key on every /console/api/
+// request: the cookie says which session, the key proves the request
+// comes from a2ad's own pages. The key reaches the page once, in the
+// fragment of the login's redirect (/console/#key=…), and the page keeps it
+// in its origin's localStorage, which no other origin — no other port —
+// can read. A GET of a watch stream, which EventSource sends without
+// headers, carries it as query parameter KeyParam instead.
+const (
+	KeyHeader = "X-Console-Key"
+	KeyParam  = "console_key"
+)
 
 // Bounds of the in-memory state.
 const (
@@ -114,10 +135,10 @@ type Console struct {
 }
 
 type session struct {
-	token, csrf string
-	id          Identity
-	seq         uint64 // creation order
-	expires     time.Time
+	token, key string
+	id         Identity
+	seq        uint64 // creation order
+	expires    time.Time
 	// ctx ends (end called) when the session does: at logout, expiry or
 	// replacement. Requests forwarded for it, the task watch included,
 	// end with it.
@@ -153,7 +174,7 @@ func New(opts Options) *Console {
 //	GET  /console/login             the login form
 //	POST /console/login             token=… or code=… → 303 /console/ with the cookie; 401 with the form and why
 //	POST /console/logout            (CSRF) ends the session
-//	GET  /console/api/session       {"subject","tenant","expires_at","csrf_token"}
+//	GET  /console/api/session       {"subject","tenant","expires_at"}
 //	POST /console/api/code          Authorization: Bearer <admin token> → {"code","expires_at"}
 //	     /console/api/v1/…          the admin API (POST needs CSRF)
 //	GET  /console/assets/…          app.js, app.css, login.js
@@ -166,7 +187,16 @@ func (c *Console) Handler() http.Handler {
 		}
 		http.ServeFileFS(w, r, assets, "assets/index.html")
 	})
-	mux.HandleFunc("GET /console/login", func(w http.ResponseWriter, r *http.Request) { c.loginPage(w, http.StatusOK, "") })
+	mux.HandleFunc("GET /console/login", func(w http.ResponseWriter, r *http.Request) {
+		// A one-time link's code is posted without a click only when the
+		// operator opened the page (typed, pasted, or a link opened from a
+		// terminal: Sec-Fetch-Site none) or a2ad's own page led here; a
+		// page of another site, or of another port of this host, that
+		// navigates the browser to a link gets a button to press, never a
+		// silent login under the link's operator (login CSRF).
+		site := r.Header.Get("Sec-Fetch-Site")
+		c.renderLogin(w, http.StatusOK, loginData{AutoPost: site == "none" || site == "same-origin"})
+	})
 	mux.Handle("POST /console/login", c.cop.Handler(http.HandlerFunc(c.doLogin)))
 	mux.Handle("POST /console/logout", c.guard(func(w http.ResponseWriter, r *http.Request, s *session) {
 		c.mu.Lock()
@@ -176,17 +206,12 @@ func (c *Console) Handler() http.Handler {
 			}
 		}
 		c.mu.Unlock()
-		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 		writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
 	}))
-	mux.HandleFunc("GET /console/api/session", func(w http.ResponseWriter, r *http.Request) {
-		s := c.session(r)
-		if s == nil {
-			writeErr(w, http.StatusUnauthorized, "not_logged_in", "no console session: log in at /console/login")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"subject": s.id.Subject, "tenant": s.id.Tenant, "expires_at": s.expires.UTC(), "csrf_token": s.csrf})
-	})
+	mux.Handle("GET /console/api/session", c.guard(func(w http.ResponseWriter, r *http.Request, s *session) {
+		writeJSON(w, http.StatusOK, map[string]any{"subject": s.id.Subject, "tenant": s.id.Tenant, "expires_at": s.expires.UTC()})
+	}))
 	mux.HandleFunc("POST /console/api/code", c.mintCode)
 	mux.Handle("/console/api/v1/", c.guard(c.forward))
 	mux.HandleFunc("GET /console/assets/", func(w http.ResponseWriter, r *http.Request) {
@@ -212,11 +237,18 @@ func headers(h http.Handler) http.Handler {
 	})
 }
 
-// guard runs h for a request with a live session; a POST (any method but
-// GET and HEAD) must pass CrossOriginProtection and carry the session's
-// CSRF token in X-CSRF-Token.
+// guard runs h for a request with a live session and its page key: in
+// header KeyHeader, or for a GET of a watch stream in query parameter
+// KeyParam. A POST (any method but GET and HEAD) must also pass
+// CrossOriginProtection. The key is the CSRF token too: a page of another
+// site cannot read it, and one of another port of this host, which gets
+// the cookie (cookies do not separate ports), cannot either.
 func (c *Console) guard(h func(http.ResponseWriter, *http.Request, *session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.CookiesNamed(CookieName)) > 1 {
+			writeErr(w, http.StatusBadRequest, "cookie_conflict", "the request carries more than one console session cookie: log in again at /console/login")
+			return
+		}
 		s := c.session(r)
 		if s == nil {
 			writeErr(w, http.StatusUnauthorized, "not_logged_in", "no console session, or it expired: log in at /console/login")
@@ -227,11 +259,14 @@ func (c *Console) guard(h func(http.ResponseWriter, *http.Request, *session)) ht
 				writeErr(w, http.StatusForbidden, "cross_origin", "refused: a state-changing request from another site (Sec-Fetch-Site / Origin)")
 				return
 			}
-			got := r.Header.Get("X-CSRF-Token")
-			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
-				writeErr(w, http.StatusForbidden, "csrf_token_invalid", "refused: X-CSRF-Token is missing or is not this session's")
-				return
-			}
+		}
+		got := r.Header.Get(KeyHeader)
+		if got == "" && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/watch") {
+			got = r.URL.Query().Get(KeyParam)
+		}
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.key)) != 1 {
+			writeErr(w, http.StatusUnauthorized, "console_key_invalid", "refused: the console's page key ("+KeyHeader+") is missing or is not this session's: log in again at /console/login")
+			return
 		}
 		h(w, r, s)
 	})
@@ -270,12 +305,15 @@ func (c *Console) loginPage(w http.ResponseWriter, status int, msg string) {
 }
 
 // loginData fills login.html: an error, or the question a one-time link
-// asks of a browser that already has a session (Switch).
+// asks of a browser that already has a session (Switch); AutoPost lets
+// login.js post a link's code without a click.
 type loginData struct {
-	Error  string
-	Switch *switchData
+	Error    string
+	Switch   *switchData
+	AutoPost bool
 }
 
+// switchData names the identities as "subject (tenant)".
 type switchData struct{ From, To, Code string }
 
 func (c *Console) renderLogin(w http.ResponseWriter, status int, d loginData) {
@@ -315,8 +353,8 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 			c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
 			return
 		}
-		if cur != nil && r.PostForm.Get("switch") != "1" {
-			c.renderLogin(w, http.StatusConflict, loginData{Switch: &switchData{From: cur.id.Subject, To: got.id.Subject, Code: cd}})
+		if cur != nil && r.PostForm.Get("switch") != "1" && (cur.id.Subject != got.id.Subject || cur.id.Tenant != got.id.Tenant) {
+			c.renderLogin(w, http.StatusConflict, loginData{Switch: &switchData{From: cur.id.Subject + " (" + cur.id.Tenant + ")", To: got.id.Subject + " (" + got.id.Tenant + ")", Code: cd}})
 			return
 		}
 		tok, id = got.token, got.id
@@ -342,14 +380,14 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 	sid, ns := random(), newSession(tok, id, exp)
 	c.mu.Lock()
 	c.sweep(now)
-	full := !c.makeRoom(id.Subject)
+	if _, ok := c.codes[cd]; cd != "" && !ok { // used by a concurrent login meanwhile
+		c.mu.Unlock()
+		ns.end()
+		c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
+		return
+	}
+	full := !c.makeRoom(id)
 	if cd != "" {
-		if _, ok := c.codes[cd]; !ok { // used by a concurrent login meanwhile
-			c.mu.Unlock()
-			ns.end()
-			c.loginPage(w, http.StatusUnauthorized, "This login link is unknown, already used or expired (links last 60 s and work once): run `a2ad console` again.")
-			return
-		}
 		if !full {
 			delete(c.codes, cd) // used once; kept when the console is full, to be tried again
 		}
@@ -372,24 +410,27 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 		c.loginPage(w, http.StatusServiceUnavailable, "Too many console sessions are open; try again when some have expired.")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/console/", MaxAge: int(exp.Sub(now) / time.Second),
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: sid, Path: "/", MaxAge: int(exp.Sub(now) / time.Second),
 		HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+	// The page key, in the fragment: it reaches a2ad's page and no request
+	// line or log (app.js keeps it and takes it off the address bar).
+	http.Redirect(w, r, "/console/#key="+ns.key, http.StatusSeeOther)
 }
 
 // newSession is a session with its own CSRF token and context.
 func newSession(tok string, id Identity, exp time.Time) *session {
 	ctx, end := context.WithCancel(context.Background())
-	return &session{token: tok, csrf: random(), id: id, expires: exp, ctx: ctx, end: end}
+	return &session{token: tok, key: random(), id: id, expires: exp, ctx: ctx, end: end}
 }
 
-// makeRoom reports whether a session for subject may be added, ending
-// subject's oldest when it has MaxSessionsPerSubject; c.mu is held.
-func (c *Console) makeRoom(subject string) bool {
+// makeRoom reports whether a session for id may be added, ending the
+// oldest of its subject (in its tenant) when it has MaxSessionsPerSubject;
+// c.mu is held.
+func (c *Console) makeRoom(id Identity) bool {
 	var oldest string
 	n := 0
 	for k, s := range c.sessions {
-		if s.id.Subject != subject {
+		if s.id.Subject != id.Subject || s.id.Tenant != id.Tenant {
 			continue
 		}
 		n++
@@ -430,7 +471,7 @@ func (c *Console) mintCode(w http.ResponseWriter, r *http.Request) {
 	var oldest string
 	n := 0
 	for k, v := range c.codes {
-		if v.id.Subject == id.Subject {
+		if v.id.Subject == id.Subject && v.id.Tenant == id.Tenant {
 			n++
 			if oldest == "" || v.seq < c.codes[oldest].seq {
 				oldest = k
@@ -474,15 +515,23 @@ func (c *Console) sweep(now time.Time) {
 // whichever is first: a task watch opened by a session does not outlive
 // it.
 func (c *Console) forward(w http.ResponseWriter, r *http.Request, s *session) {
-	ctx, cancel := context.WithDeadline(r.Context(), time.Now().Add(s.expires.Sub(c.opts.Now())))
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
+	ctx := r.Context()
+	if strings.HasSuffix(r.URL.Path, "/watch") { // a stream; other requests are short, and never cut halfway
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(s.expires.Sub(c.opts.Now())))
+		defer cancel()
+		defer context.AfterFunc(s.ctx, cancel)()
+	}
 	r2 := r.Clone(ctx)
 	r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/console/api")
 	r2.URL.RawPath = ""
+	if q := r2.URL.Query(); q.Has(KeyParam) {
+		q.Del(KeyParam)
+		r2.URL.RawQuery = q.Encode()
+	}
 	r2.RequestURI = ""
 	r2.Header.Del("Cookie")
-	r2.Header.Del("X-CSRF-Token")
+	r2.Header.Del(KeyHeader)
 	r2.Header.Set("Authorization", "Bearer "+s.token)
 	c.opts.Admin.ServeHTTP(w, r2)
 }

@@ -85,7 +85,21 @@ func post(t *testing.T, srv *httptest.Server, path string, form url.Values, hdr 
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	for _, ck := range resp.Cookies() { // a login: remember the session's page key
+		if k, ok := strings.CutPrefix(resp.Header.Get("Location"), "/console/#key="); ok && ck.Name == console.CookieName {
+			keys.Store(ck.Value, k)
+		}
+	}
 	return resp
+}
+
+// keys maps each session id a test logged in with to its page key.
+var keys sync.Map
+
+func keyOf(sid string) string {
+	k, _ := keys.Load(sid)
+	s, _ := k.(string)
+	return s
 }
 
 func code(t *testing.T, srv *httptest.Server, tok string) string {
@@ -132,6 +146,7 @@ func TestSessionLastsAtMostEightHours(t *testing.T) {
 	get := func() int {
 		req, _ := http.NewRequest("GET", srv.URL+"/console/api/session", nil)
 		req.AddCookie(&http.Cookie{Name: console.CookieName, Value: cks[0].Value})
+		req.Header.Set(console.KeyHeader, keyOf(cks[0].Value))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -157,6 +172,7 @@ func sessionOf(t *testing.T, srv *httptest.Server, sid string) string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", srv.URL+"/console/api/session", nil)
 	req.AddCookie(&http.Cookie{Name: console.CookieName, Value: sid})
+	req.Header.Set(console.KeyHeader, keyOf(sid))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -266,29 +282,12 @@ func TestCodeKeptWhenTheConsoleIsFull(t *testing.T) {
 	if status, _ := login(t, srv, url.Values{"code": {cd}}, ""); status != http.StatusServiceUnavailable {
 		t.Fatalf("a code with %d sessions open: %d, want 503", console.MaxSessions, status)
 	}
-	csrf := csrfOf(t, srv, last)
-	if resp := post(t, srv, "/console/logout", nil, map[string]string{"Cookie": console.CookieName + "=" + last, "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK {
+	if resp := post(t, srv, "/console/logout", nil, map[string]string{"Cookie": console.CookieName + "=" + last, console.KeyHeader: keyOf(last), "Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
 	if status, sid := login(t, srv, url.Values{"code": {cd}}, ""); status != http.StatusSeeOther || sessionOf(t, srv, sid) != "late" {
 		t.Errorf("the same code once a session ended: %d", status)
 	}
-}
-
-func csrfOf(t *testing.T, srv *httptest.Server, sid string) string {
-	t.Helper()
-	req, _ := http.NewRequest("GET", srv.URL+"/console/api/session", nil)
-	req.AddCookie(&http.Cookie{Name: console.CookieName, Value: sid})
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out struct {
-		CSRF string `json:"csrf_token"`
-	}
-	_ = decode(resp, &out)
-	return out.CSRF
 }
 
 // A one-time link opened in a browser that already has a session does not
@@ -312,8 +311,8 @@ func TestCodeAsksBeforeReplacingASession(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict || len(resp.Cookies()) != 0 {
 		t.Fatalf("a code posted with alice's session: %d %v, want 409 and no cookie", resp.StatusCode, resp.Cookies())
 	}
-	for _, want := range []string{"You are logged in as <strong>alice</strong>. This link logs you in as <strong>eve</strong> instead",
-		`<input type="hidden" name="switch" value="1">`, `<button type="submit" id="switch-login">Log in as eve</button>`} {
+	for _, want := range []string{"You are logged in as <strong>alice (default)</strong>. This link logs you in as <strong>eve (default)</strong> instead",
+		`<input type="hidden" name="switch" value="1">`, `<button type="submit" id="switch-login">Log in as eve (default)</button>`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("the question lacks %q:\n%s", want, body)
 		}
@@ -327,6 +326,12 @@ func TestCodeAsksBeforeReplacingASession(t *testing.T) {
 	}
 	if got := sessionOf(t, srv, alice); got != "401" {
 		t.Errorf("alice's session after switching: %s, want 401 (ended)", got)
+	}
+	// A link of the browser's own operator (same subject and tenant) has
+	// nothing to ask: it logs in, ending the older session.
+	again := code(t, srv, mint(time.Hour, "eve"))
+	if status, sid := login(t, srv, url.Values{"code": {again}}, eve); status != http.StatusSeeOther || sessionOf(t, srv, sid) != "eve" || sessionOf(t, srv, eve) != "401" {
+		t.Errorf("eve's own link with eve's session: %d", status)
 	}
 }
 
@@ -346,7 +351,7 @@ func TestForwardedStreamEndsWithTheSession(t *testing.T) {
 	})
 	srv, _, mint := fixtureWith(t, admin)
 	watch := func(sid string) *bufio.Reader {
-		req, _ := http.NewRequest("GET", srv.URL+"/console/api/v1/tasks/watch", nil)
+		req, _ := http.NewRequest("GET", srv.URL+"/console/api/v1/tasks/watch?"+console.KeyParam+"="+keyOf(sid), nil)
 		req.AddCookie(&http.Cookie{Name: console.CookieName, Value: sid})
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -377,8 +382,7 @@ func TestForwardedStreamEndsWithTheSession(t *testing.T) {
 
 	_, sid := login(t, srv, url.Values{"token": {mint(time.Hour)}}, "")
 	br := watch(sid)
-	csrf := csrfOf(t, srv, sid)
-	if resp := post(t, srv, "/console/logout", nil, map[string]string{"Cookie": console.CookieName + "=" + sid, "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK {
+	if resp := post(t, srv, "/console/logout", nil, map[string]string{"Cookie": console.CookieName + "=" + sid, console.KeyHeader: keyOf(sid), "Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("logout: %d", resp.StatusCode)
 	}
 	waitEOF("after logout", br)

@@ -21,6 +21,7 @@ type consoleClient struct {
 	t      *testing.T
 	base   string
 	cookie string
+	key    string // the page key, sent in console.KeyHeader unless hdr names it ("" there: none)
 }
 
 func noRedirect() *http.Client {
@@ -36,8 +37,13 @@ func (c *consoleClient) do(method, path string, body io.Reader, hdr map[string]s
 	if c.cookie != "" {
 		req.Header.Set("Cookie", console.CookieName+"="+c.cookie)
 	}
+	if _, named := hdr[console.KeyHeader]; c.key != "" && !named {
+		req.Header.Set(console.KeyHeader, c.key)
+	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := noRedirect().Do(req)
 	if err != nil {
@@ -80,9 +86,11 @@ func errCode(t *testing.T, body string) string {
 
 // TestConsoleRefusals checks every refusal of the console against a live
 // daemon whose tokens come from an identity provider: no session, a token
-// without a2a:admin, a cross-site login, a missing or wrong CSRF token, a
-// cross-site change, a reused one-time code, an expired session; and the
-// exact CSP and cookie attributes an operator's browser relies on.
+// without a2a:admin, a cross-site login, a missing or wrong page key (the
+// cookie alone, as a page on another port of this host gets it), a
+// cross-site change, two session cookies, a reused one-time code, an
+// expired session; and the exact CSP and cookie attributes an operator's
+// browser relies on.
 func TestConsoleRefusals(t *testing.T) {
 	p := startIDP(t)
 	c := &consoleClient{t: t, base: p.s.d.HTTPURL}
@@ -106,6 +114,14 @@ func TestConsoleRefusals(t *testing.T) {
 		strings.Contains(body, "<script>") {
 		t.Errorf("login page: %d %s", resp.StatusCode, body)
 	}
+	// A link's code is posted by itself only on a page the operator opened
+	// (red team: a page navigating a browser to its own link logged it in).
+	for site, want := range map[string]bool{"none": true, "same-origin": true, "cross-site": false, "same-site": false, "": false} {
+		_, body := c.do("GET", "/console/login", nil, map[string]string{"Sec-Fetch-Site": site})
+		if got := strings.Contains(body, `<body data-autopost="1">`); got != want {
+			t.Errorf("login page with Sec-Fetch-Site %q: auto-post %v, want %v", site, got, want)
+		}
+	}
 
 	// Logins refused.
 	if resp, body := c.login("token", p.sign(t, claims("alice", "default", mcpedge.ScopeRead)), nil); resp.StatusCode != http.StatusUnauthorized ||
@@ -125,24 +141,44 @@ func TestConsoleRefusals(t *testing.T) {
 	// A pasted token.
 	resp, body := c.login("token", admin, nil)
 	ck := sessionCookie(resp)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/" || ck == nil {
+	loc := regexp.MustCompile(`^/console/#key=([A-Za-z0-9_-]{43})$`).FindStringSubmatch(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusSeeOther || loc == nil || ck == nil {
 		t.Fatalf("login: %d %q %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
 	raw := resp.Header.Get("Set-Cookie")
-	if !regexp.MustCompile(`^a2ad_console=[A-Za-z0-9_-]{43}; Path=/console/; Max-Age=(3599|3600); HttpOnly; Secure; SameSite=Strict$`).MatchString(raw) {
+	if !regexp.MustCompile(`^__Host-a2ad_console=[A-Za-z0-9_-]{43}; Path=/; Max-Age=(3599|3600); HttpOnly; Secure; SameSite=Strict$`).MatchString(raw) {
 		t.Errorf("Set-Cookie: %q", raw)
 	}
-	if strings.Contains(raw, admin) || strings.Contains(body, admin) {
-		t.Error("the token is in the cookie or the page")
+	if strings.Contains(raw, admin) || strings.Contains(body, admin) || strings.Contains(raw, loc[1]) {
+		t.Error("the token is in the cookie or the page, or the key in the cookie")
 	}
 	c.cookie = ck.Value
-	resp, body = c.do("GET", "/console/api/session", nil, nil)
-	var sess struct {
-		Subject, Tenant string
-		CSRF            string `json:"csrf_token"`
+	// The cookie alone — what a page on another port of this host gets,
+	// since cookies do not separate ports (red team) — is no session.
+	for path, hdr := range map[string]map[string]string{
+		"/console/api/session":          {console.KeyHeader: ""},
+		"/console/api/v1/tasks":         {console.KeyHeader: ""},
+		"/console/api/v1/tasks?limit=1": {console.KeyHeader: strings.Repeat("A", 43)},
+	} {
+		if resp, body := c.do("GET", path, nil, hdr); resp.StatusCode != http.StatusUnauthorized || errCode(t, body) != "console_key_invalid" {
+			t.Errorf("GET %s with the cookie and key %q: %d %s, want 401 console_key_invalid", path, hdr[console.KeyHeader], resp.StatusCode, body)
+		}
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &sess) != nil || sess.Subject != "alice" || sess.Tenant != "default" || len(sess.CSRF) != 43 {
-		t.Fatalf("session: %d %s", resp.StatusCode, body)
+	c.key = loc[1]
+	resp, body = c.do("GET", "/console/api/session", nil, nil)
+	var sess map[string]any
+	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &sess) != nil || sess["subject"] != "alice" || sess["tenant"] != "default" || len(sess) != 3 {
+		t.Fatalf("session: %d %s, want subject, tenant and expires_at", resp.StatusCode, body)
+	}
+	// Two session cookies (one planted by another port's page, with a
+	// longer path) are refused, never the first one taken.
+	if resp, body := c.do("GET", "/console/api/v1/tasks", nil, map[string]string{"Cookie": console.CookieName + "=planted; " + console.CookieName + "=" + c.cookie}); resp.StatusCode != http.StatusBadRequest || errCode(t, body) != "cookie_conflict" {
+		t.Errorf("two session cookies: %d %s, want 400 cookie_conflict", resp.StatusCode, body)
+	}
+	// The watch stream takes the key as a query parameter (EventSource
+	// sends no headers), which the admin API never sees.
+	if resp, _ := c.do("GET", "/console/api/v1/tasks/watch?state=bogus&"+console.KeyParam+"="+c.key, nil, map[string]string{console.KeyHeader: ""}); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("watch with the key in the query: %d, want the admin API's 400 for state=bogus", resp.StatusCode)
 	}
 	if resp, body := c.do("GET", "/console/", nil, nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, `<script src="/console/assets/app.js" defer></script>`) {
 		t.Errorf("the application: %d %s", resp.StatusCode, body)
@@ -157,25 +193,28 @@ func TestConsoleRefusals(t *testing.T) {
 		return c.do("POST", "/console/api/v1/agents/fraud-review/quarantine", strings.NewReader(`{"reason":"console test"}`), h)
 	}
 	for name, hdr := range map[string]map[string]string{
-		"no CSRF token":          {"Sec-Fetch-Site": "same-origin"},
-		"another CSRF token":     {"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": strings.Repeat("A", 43)},
-		"cross-site":             {"Sec-Fetch-Site": "cross-site", "X-CSRF-Token": sess.CSRF},
-		"same-site, not origin":  {"Sec-Fetch-Site": "same-site", "X-CSRF-Token": sess.CSRF},
-		"another Origin":         {"Origin": "http://evil.example", "X-CSRF-Token": sess.CSRF},
-		"another Origin, no SFS": {"Origin": "http://127.0.0.1:1", "X-CSRF-Token": sess.CSRF},
+		"no key":                 {"Sec-Fetch-Site": "same-origin", console.KeyHeader: ""},
+		"another key":            {"Sec-Fetch-Site": "same-origin", console.KeyHeader: strings.Repeat("A", 43)},
+		"cross-site":             {"Sec-Fetch-Site": "cross-site"},
+		"same-site, not origin":  {"Sec-Fetch-Site": "same-site"},
+		"another Origin":         {"Origin": "http://evil.example"},
+		"another Origin, no SFS": {"Origin": "http://127.0.0.1:1"},
 	} {
 		resp, body := quarantine(hdr)
-		want := map[string]string{"no CSRF token": "csrf_token_invalid", "another CSRF token": "csrf_token_invalid"}[name]
-		if resp.StatusCode != http.StatusForbidden || (want != "" && errCode(t, body) != want) {
+		status, want := http.StatusForbidden, ""
+		if strings.Contains(name, "key") {
+			status, want = http.StatusUnauthorized, "console_key_invalid"
+		}
+		if resp.StatusCode != status || (want != "" && errCode(t, body) != want) {
 			t.Errorf("%s: %d %s", name, resp.StatusCode, body)
 		}
 	}
 	if resp, body := c.do("GET", "/console/api/v1/agents/fraud-review", nil, nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"status": "approved"`) {
 		t.Fatalf("after refused changes the agent is not approved: %d %s", resp.StatusCode, body)
 	}
-	if resp, body := quarantine(map[string]string{"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": sess.CSRF}); resp.StatusCode != http.StatusOK ||
+	if resp, body := quarantine(map[string]string{"Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK ||
 		!strings.Contains(body, `"status": "quarantined"`) {
-		t.Fatalf("quarantine with CSRF: %d %s", resp.StatusCode, body)
+		t.Fatalf("quarantine with the key: %d %s", resp.StatusCode, body)
 	}
 	// The operator is the token's subject.
 	if resp, body := c.do("GET", "/console/api/v1/audit?kind=agent.quarantined", nil, nil); resp.StatusCode != http.StatusOK ||
@@ -211,11 +250,11 @@ func TestConsoleRefusals(t *testing.T) {
 		t.Errorf("the code again: %d %s", resp.StatusCode, body)
 	}
 
-	// Logout ends the session (with CSRF only).
-	if resp, _ := c.do("POST", "/console/logout", nil, map[string]string{"Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusForbidden {
-		t.Errorf("logout without CSRF: %d", resp.StatusCode)
+	// Logout ends the session (with the key only).
+	if resp, _ := c.do("POST", "/console/logout", nil, map[string]string{"Sec-Fetch-Site": "same-origin", console.KeyHeader: ""}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("logout without the key: %d", resp.StatusCode)
 	}
-	if resp, _ := c.do("POST", "/console/logout", nil, map[string]string{"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": sess.CSRF}); resp.StatusCode != http.StatusOK {
+	if resp, _ := c.do("POST", "/console/logout", nil, map[string]string{"Sec-Fetch-Site": "same-origin"}); resp.StatusCode != http.StatusOK {
 		t.Errorf("logout: %d", resp.StatusCode)
 	}
 	if resp, _ := c.do("GET", "/console/api/session", nil, nil); resp.StatusCode != http.StatusUnauthorized {
@@ -229,7 +268,7 @@ func TestConsoleRefusals(t *testing.T) {
 	if ck := sessionCookie(resp); ck == nil || ck.MaxAge < 0 || ck.MaxAge > 2 {
 		t.Fatalf("short token's cookie: %v", resp.Cookies())
 	} else {
-		c.cookie = ck.Value
+		c.cookie, c.key = ck.Value, strings.TrimPrefix(resp.Header.Get("Location"), "/console/#key=")
 	}
 	time.Sleep(time.Until(time.Unix(short["exp"].(int64), 0)) + 100*time.Millisecond)
 	if resp, body := c.do("GET", "/console/api/v1/tasks", nil, nil); resp.StatusCode != http.StatusUnauthorized || errCode(t, body) != "not_logged_in" {

@@ -4,7 +4,19 @@
 // set with textContent or createTextNode, never parsed as HTML.
 "use strict";
 
-var csrf = null; // the session's CSRF token, in memory only
+// The session's page key: it comes once, in the login's redirect
+// (/console/#key=…), and is kept in this origin's localStorage, which no
+// other origin (no other port of this host, though it gets the cookie)
+// can read. Every /console/api/ request carries it; it is not the token.
+var KEY_ITEM = "a2ad_console_key";
+(function () {
+  var m = /^#key=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (m) {
+    localStorage.setItem(KEY_ITEM, m[1]);
+    history.replaceState(null, "", location.pathname + "#/dashboard");
+  }
+})();
+var key = localStorage.getItem(KEY_ITEM) || "";
 var watch = null; // the EventSource of the page shown, if any
 var gen = 0; // counts routes: an answer for a page no longer shown is dropped
 
@@ -41,14 +53,13 @@ function setStatus(msg, isError) {
 // api calls the admin API through the console; it throws an Error whose
 // message is the API's "code: message".
 function api(path, method, body) {
-  var opts = { method: method || "GET", headers: {}, credentials: "same-origin" };
-  if (opts.method !== "GET") { opts.headers["X-CSRF-Token"] = csrf; }
+  var opts = { method: method || "GET", headers: { "X-Console-Key": key }, credentials: "same-origin" };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
   }
   return fetch("/console/api" + path, opts).then(function (r) {
-    if (r.status === 401) { location.href = "/console/login"; }
+    if (r.status === 401) { toLogin(); }
     return r.json().then(function (j) {
       if (!r.ok) {
         var e = j && j.error ? j.error.code + ": " + j.error.message : "HTTP " + r.status;
@@ -167,7 +178,7 @@ function viewTasks(params) {
     }
     // Live: the watch stream, with the list's state/agent/tenant filters.
     stopWatch();
-    watch = new EventSource("/console/api/v1/tasks/watch" + query({ state: p.state, agent: p.agent, tenant: p.tenant }));
+    watch = openWatch({ state: p.state, agent: p.agent, tenant: p.tenant });
     watch.addEventListener("open", function () { live.textContent = "live: following task changes"; });
     watch.addEventListener("error", function () { live.textContent = "live: reconnecting…"; });
     watch.addEventListener("task", function (ev) {
@@ -240,7 +251,7 @@ function viewTask(id) {
     view.appendChild(auditTable(aud.records));
     stopWatch();
     if (!terminal(t.state)) {
-      watch = new EventSource("/console/api/v1/tasks/watch");
+      watch = openWatch({});
       watch.addEventListener("task", function (ev) { if (JSON.parse(ev.data).task_id === id) { stopWatch(); route(); } });
     }
   }), shown(g, function (e) { setStatus(e.message, true); }));
@@ -398,6 +409,27 @@ function viewDashboard() {
   }), shown(g, function (e) { setStatus(e.message, true); }));
 }
 
+// toLogin forgets the page key and shows the login form.
+function toLogin() {
+  localStorage.removeItem(KEY_ITEM);
+  location.href = "/console/login";
+}
+
+// openWatch opens the task watch with the list's filters (f) and the page
+// key (EventSource sends no headers: a query parameter the console takes
+// off before the admin API sees it). A stream the console refuses (the
+// session ended) closes: the session is checked, and the login shown.
+function openWatch(f) {
+  var w = new EventSource("/console/api/v1/tasks/watch" + query(Object.assign({}, f, { console_key: key })));
+  w.addEventListener("error", function () {
+    if (w.readyState !== EventSource.CLOSED) { return; }
+    fetch("/console/api/session", { headers: { "X-Console-Key": key }, credentials: "same-origin" }).then(function (r) {
+      if (r.status === 401) { toLogin(); }
+    });
+  });
+  return w;
+}
+
 // ---- routing ----
 
 function route() {
@@ -418,16 +450,15 @@ function route() {
   else { viewDashboard(); }
 }
 
-fetch("/console/api/session", { credentials: "same-origin" }).then(function (r) {
-  if (!r.ok) { location.href = "/console/login"; return null; }
+fetch("/console/api/session", { headers: { "X-Console-Key": key }, credentials: "same-origin" }).then(function (r) {
+  if (!r.ok) { toLogin(); return null; }
   return r.json();
 }).then(function (s) {
   if (!s) { return; }
-  csrf = s.csrf_token;
   document.getElementById("who").textContent = s.subject + " (" + s.tenant + "), until " + fmtTime(s.expires_at);
   document.getElementById("logout").addEventListener("click", function () {
-    fetch("/console/logout", { method: "POST", headers: { "X-CSRF-Token": csrf }, credentials: "same-origin" })
-      .then(function () { location.href = "/console/login"; });
+    fetch("/console/logout", { method: "POST", headers: { "X-Console-Key": key }, credentials: "same-origin" })
+      .then(toLogin);
   });
   window.addEventListener("hashchange", route);
   route();
