@@ -9,7 +9,7 @@
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID --out FILE|- [--ttl D]|check-card FILE [--agent ID]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
 //	a2ad version [--json] | a2ad --version | a2ad completion bash|zsh|fish|powershell
-//	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F]
+//	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F] [--processes]
 //
 // This file only parses flags and wires packages.
 package main
