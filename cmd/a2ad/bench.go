@@ -216,9 +216,10 @@ type benchFigures struct {
 	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
 	MallocsPerOp    float64 `json:"mallocs_per_op"`
 	// MachineCPUusPerOp is the CPU time of every core of the machine
-	// (/proc/stat, all but idle and iowait) per operation: with
-	// --processes, at least the sum of the three processes' CPU, the rest
-	// being the kernel's and other work's; 0 where /proc/stat is not.
+	// (/proc/stat, all but idle and iowait) per operation, other work
+	// included; 0 where /proc/stat is not. Its ticks are samples: with
+	// cores idling between operations it can come out below the
+	// processes' own (exact) CPU times (docs/benchmarks.md, round 5).
 	MachineCPUusPerOp float64 `json:"machine_cpu_us_per_op,omitempty"`
 	// A2AD is the a2ad process's own usage (--processes): a2ad with its
 	// embedded NATS server.
