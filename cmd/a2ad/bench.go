@@ -139,7 +139,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first delegation measurement to `FILE` (with --processes: of the a2ad process alone)")
 	f.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "write a CPU profile of the delegations measured while the hostile agent floods to `FILE` (with --processes: of the a2ad process alone)")
-	f.BoolVar(&o.Processes, "processes", false, "run a2ad (`a2ad serve`) and the agents with the trivial MCP server as two child processes of this binary, and report each process's CPU and allocations per operation beside the whole machine's (Linux)")
+	f.BoolVar(&o.Processes, "processes", false, "run a2ad (a2ad serve) and the agents with the trivial MCP server as two child processes of this binary, and report each process's CPU and allocations per operation beside the whole machine's (Linux)")
 	f.BoolVar(&o.Flood, "flood", true, "also measure delegations at concurrency 1 while a hostile agent floods a2ad with events for tasks that do not exist, as fast as its limits allow")
 	return cmd
 }
