@@ -53,6 +53,9 @@ type benchOptions struct {
 	Flood       bool
 	// FloodProfile receives a CPU profile of the flooded measurement.
 	FloodProfile string
+	// Processes runs a2ad and the agents in child processes
+	// (benchproc.go); the profiles are then a2ad's alone.
+	Processes bool
 }
 
 // Sizes and shapes of the bench's workloads.
@@ -83,7 +86,10 @@ func newBench() *cobra.Command {
 			"GOMAXPROCS) and the cost of holding --open-tasks open tasks: the time to create them, the time for a fresh " +
 			"task store to load and schedule them, and the heap they take, also once embedded NATS's block cache has " +
 			"expired. It prints p50, p99, throughput, CPU time and allocations per operation, the ratios of the delegation " +
-			"figures to the two floors, and the project's targets, met or missed. With the defaults a run takes about " +
+			"figures to the two floors, and the project's targets, met or missed. With --processes, a2ad runs as a child " +
+			"process (`a2ad serve` of this binary) and the agents and the trivial MCP server as a second one, and the report adds " +
+			"each one's CPU, heap bytes and allocations per operation and the whole machine's CPU; --cpuprofile and " +
+			"--flood-cpuprofile are then a2ad's profiles alone (Linux only). With the defaults a run takes about " +
 			"two minutes; progress goes to stderr.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -96,10 +102,16 @@ func newBench() *cobra.Command {
 			if o.OpenTasks < 1 {
 				return errors.New("bench: --open-tasks must be at least 1")
 			}
-			if o.CPUProfile != "" { // refused now, not after minutes of measurements
-				f, err := os.Create(o.CPUProfile)
+			if o.Processes && runtime.GOOS != "linux" {
+				return fmt.Errorf("bench: --processes reads each process's CPU time from /proc: Linux only, not %s", runtime.GOOS)
+			}
+			for flag, path := range map[string]string{"--cpuprofile": o.CPUProfile, "--flood-cpuprofile": o.FloodProfile} {
+				if path == "" {
+					continue
+				}
+				f, err := os.Create(path) // refused now, not after minutes of measurements
 				if err != nil {
-					return fmt.Errorf("bench: --cpuprofile: %w", err)
+					return fmt.Errorf("bench: %s: %w", flag, err)
 				}
 				f.Close()
 			}
@@ -125,8 +137,9 @@ func newBench() *cobra.Command {
 	f.IntSliceVar(&o.Concurrency, "concurrency", []int{1, 64}, "concurrent hosts (callers) of each latency measurement")
 	f.IntVar(&o.OpenTasks, "open-tasks", 100_000, "open task records to create and load for the memory figures")
 	f.BoolVar(&o.JSON, "json", false, "print the report as JSON")
-	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first delegation measurement to `FILE`")
-	f.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "write a CPU profile of the delegations measured while the hostile agent floods to `FILE`")
+	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the first delegation measurement to `FILE` (with --processes: of the a2ad process alone)")
+	f.StringVar(&o.FloodProfile, "flood-cpuprofile", "", "write a CPU profile of the delegations measured while the hostile agent floods to `FILE` (with --processes: of the a2ad process alone)")
+	f.BoolVar(&o.Processes, "processes", false, "run a2ad (a2ad serve) and the agents with the trivial MCP server as two child processes of this binary, and report each process's CPU and allocations per operation beside the whole machine's (Linux)")
 	f.BoolVar(&o.Flood, "flood", true, "also measure delegations at concurrency 1 while a hostile agent floods a2ad with events for tasks that do not exist, as fast as its limits allow")
 	return cmd
 }
@@ -143,8 +156,12 @@ type benchReport struct {
 	// LoadAverage is /proc/loadavg's 1, 5 and 15 minute figures at the
 	// start: other work on the machine skews every figure.
 	LoadAverage string `json:"load_average"`
-	Duration    string `json:"duration"`
-	Warmup      string `json:"warmup"`
+	// Processes is --processes: a2ad and the peer (the agents and the
+	// trivial MCP server) ran as child processes, and each figure has
+	// their own usage.
+	Processes bool   `json:"processes"`
+	Duration  string `json:"duration"`
+	Warmup    string `json:"warmup"`
 	// GOGC is the Go GC target the run had and where it came from, as
 	// `a2ad serve` decides it (docs/operations.md, "Go runtime"), e.g.
 	// "400 (a2ad default under a memory limit)". MemoryLimit is the soft
@@ -188,12 +205,40 @@ type benchFigures struct {
 	P50us       float64 `json:"p50_us"`
 	P99us       float64 `json:"p99_us"`
 	PerSecond   float64 `json:"per_second"`
-	// CPUusPerOp is the CPU time of the whole process (a2ad, embedded NATS,
-	// agent, hosts) per operation over the measured window: GOMAXPROCS
-	// cores sustain at most GOMAXPROCS·10⁶/CPUusPerOp operations per second.
+	// CPUusPerOp is the CPU time of the bench process per operation over
+	// the measured window: in process, of everything (a2ad, embedded
+	// NATS, agents, hosts), so that GOMAXPROCS cores sustain at most
+	// GOMAXPROCS·10⁶/CPUusPerOp operations per second; with --processes,
+	// of the hosts and the raw NATS echo's two clients.
 	CPUusPerOp float64 `json:"cpu_us_per_op"`
-	// AllocBytesPerOp is the heap allocated per operation, process-wide.
+	// AllocBytesPerOp and MallocsPerOp are the heap bytes and objects the
+	// bench process allocated per operation.
 	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
+	MallocsPerOp    float64 `json:"mallocs_per_op"`
+	// MachineCPUusPerOp is the CPU time of every core of the machine
+	// (/proc/stat, all but idle and iowait) per operation, other work
+	// included; 0 where /proc/stat is not. Its ticks are samples: with
+	// cores idling between operations it can come out below the
+	// processes' own (exact) CPU times (docs/benchmarks.md, round 5).
+	MachineCPUusPerOp float64 `json:"machine_cpu_us_per_op,omitempty"`
+	// A2AD is the a2ad process's own usage (--processes): a2ad with its
+	// embedded NATS server.
+	A2AD *benchProcessFigures `json:"a2ad,omitempty"`
+	// Peer is the peer process's (--processes): the reference agent over
+	// NATS and over HTTP and the trivial MCP call's server. Of the trivial
+	// call, this is the MCP server's own cost.
+	Peer *benchProcessFigures `json:"peer,omitempty"`
+}
+
+// benchProcessFigures are one child process's usage per operation over a
+// measured window: CPU time from /proc/<pid>/stat (user + system, in the
+// kernel's 10 ms ticks), heap bytes and objects allocated from its
+// /metrics (go_memstats_alloc_bytes_total, go_memstats_mallocs_total),
+// scraped before and after the window.
+type benchProcessFigures struct {
+	CPUusPerOp      float64 `json:"cpu_us_per_op"`
+	AllocBytesPerOp float64 `json:"alloc_bytes_per_op"`
+	MallocsPerOp    float64 `json:"mallocs_per_op"`
 }
 
 // benchRatios divide the delegation figures by the floors' at one
@@ -272,7 +317,7 @@ func runBench(ctx context.Context, o benchOptions, progress io.Writer, log *slog
 	rep := &benchReport{
 		GoVersion: runtime.Version(), OSArch: runtime.GOOS + "/" + runtime.GOARCH,
 		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), CPUModel: cpuModel(), Race: raceEnabled(),
-		LoadAverage: loadAverage(), Duration: o.Duration.String(), Warmup: warmup.String(),
+		LoadAverage: loadAverage(), Processes: o.Processes, Duration: o.Duration.String(), Warmup: warmup.String(),
 	}
 	dir, err := os.MkdirTemp("", "a2ad-bench-")
 	if err != nil {
@@ -295,15 +340,20 @@ func runBench(ctx context.Context, o benchOptions, progress io.Writer, log *slog
 	return rep, nil
 }
 
-// roundTrips starts the daemon, the agent, the floors and the hosts, and
-// measures the three round trips at each concurrency, one after the other
-// so that they see the same machine. The first delegation measurement goes
-// to o.CPUProfile, if set.
+// roundTrips starts the daemon, the agent, the floors and the hosts (in
+// this process, or with o.Processes in child processes), and measures the
+// round trips at each concurrency, one after the other so that they see
+// the same machine. The first delegation measurement goes to
+// o.CPUProfile, if set.
 func (rep *benchReport) roundTrips(ctx context.Context, o benchOptions, warmup time.Duration, dir string, progress io.Writer, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	env, err := startBenchEnv(ctx, dir, log, slices.Max(o.Concurrency))
+	start := startBenchEnv
+	if o.Processes {
+		start = startBenchProcesses
+	}
+	env, err := start(ctx, dir, log, slices.Max(o.Concurrency), o.CPUProfile != "" || (o.Flood && o.FloodProfile != ""))
 	if err != nil {
 		return err
 	}
@@ -335,25 +385,27 @@ const benchHostile = "mallory"
 // isolation measures one host's delegations idle, then while the hostile
 // agent floods.
 func (env *benchEnv) isolation(ctx context.Context, warmup, d time.Duration, profile string, progress io.Writer) (*benchIsolation, error) {
-	cred, _, err := env.d.AgentKeys.Mint(benchHostile, time.Hour, time.Now())
+	cred, err := env.mint(benchHostile)
 	if err != nil {
 		return nil, err
 	}
-	m, err := hostile.Connect(env.d.NATSURL, benchHostile, cred)
+	m, err := hostile.Connect(env.natsURL, benchHostile, cred)
 	if err != nil {
 		return nil, fmt.Errorf("bench: hostile agent: %w", err)
 	}
 	defer m.Close()
-	hosts, err := connectHosts(ctx, 1, env.d.HTTPURL+"/mcp", env.hostToken)
+	hosts, err := connectHosts(ctx, 1, env.a2adURL+"/mcp", env.hostToken)
 	if err != nil {
 		return nil, err
 	}
 	defer closeHosts(hosts)
 	delegate := func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) }
-	env.agent.SetReportAtOnce(true)
+	if err := env.reportAtOnce(true); err != nil {
+		return nil, err
+	}
 	iso := &benchIsolation{}
 	fmt.Fprintf(progress, "bench: isolation: delegation, idle, %s\n", d)
-	if iso.Idle, err = measure(ctx, 1, warmup, d, delegate); err != nil {
+	if iso.Idle, err = measure(ctx, 1, warmup, d, delegate, env.usage); err != nil {
 		return nil, err
 	}
 	fctx, stop := context.WithCancel(ctx)
@@ -363,13 +415,13 @@ func (env *benchEnv) isolation(ctx context.Context, warmup, d time.Duration, pro
 	fmt.Fprintf(progress, "bench: isolation: delegation while %s floods, %s\n", benchHostile, d)
 	stopProfile := func() error { return nil }
 	if profile != "" {
-		if stopProfile, err = startCPUProfile(profile); err != nil {
+		if stopProfile, err = env.profile(ctx, profile, warmup+d); err != nil {
 			stop()
 			<-flood
 			return nil, err
 		}
 	}
-	iso.Flooded, err = measure(ctx, 1, warmup, d, delegate)
+	iso.Flooded, err = measure(ctx, 1, warmup, d, delegate, env.usage)
 	if perr := stopProfile(); err == nil {
 		err = perr
 	}
@@ -400,14 +452,14 @@ func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, 
 		return f, fmt.Errorf("bench: trivial MCP hosts: %w", err)
 	}
 	defer closeHosts(floorHosts)
-	hosts, err := connectHosts(ctx, n, env.d.HTTPURL+"/mcp", env.hostToken)
+	hosts, err := connectHosts(ctx, n, env.a2adURL+"/mcp", env.hostToken)
 	if err != nil {
 		return f, fmt.Errorf("bench: a2ad hosts: %w", err)
 	}
 	defer closeHosts(hosts)
 	run := func(name string, op func(context.Context, int) error) (benchFigures, error) {
 		fmt.Fprintf(progress, "bench: concurrency %d: %s, %s\n", n, name, d)
-		return measure(ctx, n, warmup, d, op)
+		return measure(ctx, n, warmup, d, op, env.usage)
 	}
 	if f.raw, err = run("raw NATS request-reply", func(ctx context.Context, _ int) error { return env.echo(ctx) }); err != nil {
 		return f, err
@@ -416,10 +468,12 @@ func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, 
 		return f, err
 	}
 	delegate := func(ctx context.Context, w int) error { return delegateOnce(ctx, hosts[w], env.cases.Add(1)) }
-	env.agent.SetReportAtOnce(true)
+	if err := env.reportAtOnce(true); err != nil {
+		return f, err
+	}
 	stop := func() error { return nil }
 	if profile != "" {
-		if stop, err = startCPUProfile(profile); err != nil {
+		if stop, err = env.profile(ctx, profile, warmup+d); err != nil {
 			return f, err
 		}
 	}
@@ -430,7 +484,9 @@ func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, 
 	if err != nil {
 		return f, err
 	}
-	env.agent.SetReportAtOnce(false)
+	if err := env.reportAtOnce(false); err != nil {
+		return f, err
+	}
 	if f.del3, err = run("delegation, agent answers in three events", delegate); err != nil {
 		return f, err
 	}
@@ -443,6 +499,8 @@ func (env *benchEnv) level(ctx context.Context, n int, warmup, d time.Duration, 
 // benchHTTPAgent is the id of the reference agent over HTTP in the bench.
 const benchHTTPAgent = "fraud-review-http"
 
+// startCPUProfile profiles this process to path until the function it
+// returns is called.
 func startCPUProfile(path string) (func() error, error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -458,40 +516,46 @@ func startCPUProfile(path string) (func() error, error) {
 	}, nil
 }
 
-// benchEnv is the in-process setup: a2ad with its embedded NATS, the
-// reference agent over loopback TCP, the raw NATS echo and the trivial MCP
-// server.
+// benchEnv is what the measurements run against: a2ad with its embedded
+// NATS, the reference agent over NATS and over HTTP, the raw NATS echo and
+// the trivial MCP server — all in this process (startBenchEnv), or a2ad
+// and the rest in two child processes (startBenchProcesses).
 type benchEnv struct {
-	d        *daemon.Daemon
-	dataDir  string
-	agentNC  *nats.Conn
-	agent    *refagent.Agent
+	a2adURL  string     // a2ad's HTTP base URL
+	natsURL  string     // its embedded NATS server
+	dataDir  string     // its data directory: the development key the hosts' tokens are signed with
+	audience string     // and their audience
+	floorURL string     // the trivial MCP server's base URL
+	floorAud string     // and its tokens' audience,
+	floorDir string     // signed with the development key of this directory
 	echoReq  *nats.Conn // requester of the raw NATS round trip
 	echoResp *nats.Conn // responder
 	payload  []byte
-	stopHTTP func() // the reference agent over HTTP
-	floor    *http.Server
-	floorURL string
-	floorAud string
 	cases    atomic.Int64 // refund cases delegated so far: each gets its own case id and idempotency key
+
+	// reportAtOnce makes the NATS agent answer in one event (true) or in
+	// three, from its next task on.
+	reportAtOnce func(on bool) error
+	// mint mints a credential for agent id.
+	mint func(id string) (string, error)
+	// profile writes a CPU profile of the next d, and of whatever runs
+	// until the function it returns is called, to path.
+	profile func(ctx context.Context, path string, d time.Duration) (func() error, error)
+	// children are the child processes of --processes: a2ad and the peer.
+	children *benchChildren
+
+	closers  []func() // in reverse order by stop
 	stopOnce sync.Once
 }
 
 // benchEchoSubject is the raw round trip's subject.
 const benchEchoSubject = "a2ad.bench.echo"
 
-func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int) (env *benchEnv, err error) {
-	env = &benchEnv{dataDir: dir}
-	defer func() {
-		if err != nil {
-			env.stop()
-		}
-	}()
-	_, httpAgentURL, stopHTTP, err := startHTTPAgent(nil, nil)
-	if err != nil {
-		return env, err
-	}
-	env.stopHTTP = stopHTTP
+// benchConfig is a2ad's configuration in the bench, in process or not:
+// inProcessConfig's agents (with the HTTP agent at httpAgentURL) and the
+// hostile agent of --flood, host rate limits out of the way, and HTTP
+// connections for every host.
+func benchConfig(dir, httpAgentURL string, hosts int) daemon.Config {
 	cfg := inProcessConfig(dir, httpAgentURL)
 	// The hostile agent of --flood: configured, with the default limits,
 	// for a tenant of its own.
@@ -506,58 +570,103 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int)
 	if n := 3*hosts + 64; n > daemon.DefaultHTTPLimits.MaxConnections {
 		cfg.HTTPLimits.MaxConnections = n
 	}
-	env.d, err = daemon.Start(ctx, cfg, log, true)
+	return cfg
+}
+
+// startBenchEnv starts everything in this process.
+func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int, _ bool) (env *benchEnv, err error) {
+	env = &benchEnv{dataDir: dir, floorDir: dir}
+	defer func() {
+		if err != nil {
+			env.stop()
+		}
+	}()
+	_, httpAgentURL, stopHTTP, err := startHTTPAgent(nil, nil)
 	if err != nil {
 		return env, err
 	}
-	if env.agentNC, env.agent, err = startInProcessAgent(ctx, env.d, nil, nil); err != nil {
+	env.closers = append(env.closers, stopHTTP)
+	d, err := daemon.Start(ctx, benchConfig(dir, httpAgentURL, hosts), log, true)
+	if err != nil {
+		return env, err
+	}
+	env.closers = append(env.closers, d.Stop)
+	env.a2adURL, env.natsURL, env.audience = d.HTTPURL, d.NATSURL, d.Auth.Audience()
+	agentNC, agent, err := startInProcessAgent(ctx, d, nil, nil)
+	if err != nil {
 		return env, fmt.Errorf("bench: %w", err)
 	}
-	if err := waitDelegable(ctx, env.d, "fraud-review"); err != nil {
+	env.closers = append(env.closers, agentNC.Close, agent.Stop)
+	env.reportAtOnce = func(on bool) error { agent.SetReportAtOnce(on); return nil }
+	env.mint = func(id string) (string, error) {
+		cred, _, err := d.AgentKeys.Mint(id, time.Hour, time.Now())
+		return cred, err
+	}
+	env.profile = func(_ context.Context, path string, _ time.Duration) (func() error, error) {
+		return startCPUProfile(path)
+	}
+	for _, id := range []string{"fraud-review", benchHTTPAgent} {
+		if err := waitDelegable(ctx, d, id); err != nil {
+			return env, err
+		}
+	}
+	if err := env.connectEcho(); err != nil {
 		return env, err
 	}
-	if err := waitDelegable(ctx, env.d, benchHTTPAgent); err != nil {
-		return env, err
-	}
-
-	// The raw round trip: two TCP connections as the daemon's own user,
-	// as an operator's tool on this host would connect.
-	pw, err := os.ReadFile(daemon.DaemonPasswordPath(dir))
+	floorURL, floorAud, stopFloor, err := startFloor(dir, log)
 	if err != nil {
 		return env, err
 	}
-	user := nats.UserInfo(embedded.DaemonUser, strings.TrimSpace(string(pw)))
-	if env.echoResp, err = nats.Connect(env.d.NATSURL, user, nats.Name("a2ad-bench-echo")); err != nil {
-		return env, fmt.Errorf("bench: NATS echo: %w", err)
+	env.closers = append(env.closers, stopFloor)
+	env.floorURL, env.floorAud = floorURL, floorAud
+	return env, nil
+}
+
+// connectEcho connects the raw round trip's two clients to env.natsURL:
+// two TCP connections as the daemon's own user, as an operator's tool on
+// this host would connect.
+func (env *benchEnv) connectEcho() error {
+	pw, err := os.ReadFile(daemon.DaemonPasswordPath(env.dataDir))
+	if err != nil {
+		return err
 	}
+	user := nats.UserInfo(embedded.DaemonUser, strings.TrimSpace(string(pw)))
+	if env.echoResp, err = nats.Connect(env.natsURL, user, nats.Name("a2ad-bench-echo")); err != nil {
+		return fmt.Errorf("bench: NATS echo: %w", err)
+	}
+	env.closers = append(env.closers, env.echoResp.Close)
 	if _, err := env.echoResp.Subscribe(benchEchoSubject, func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
-		return env, err
+		return err
 	}
 	if err := env.echoResp.Flush(); err != nil {
-		return env, err
+		return err
 	}
-	if env.echoReq, err = nats.Connect(env.d.NATSURL, user, nats.Name("a2ad-bench-requester")); err != nil {
-		return env, fmt.Errorf("bench: NATS requester: %w", err)
+	if env.echoReq, err = nats.Connect(env.natsURL, user, nats.Name("a2ad-bench-requester")); err != nil {
+		return fmt.Errorf("bench: NATS requester: %w", err)
 	}
+	env.closers = append(env.closers, env.echoReq.Close)
 	env.payload = make([]byte, benchPayloadBytes)
 	for i := range env.payload {
 		env.payload[i] = 'a' + byte(i%26)
 	}
+	return nil
+}
 
-	// The trivial MCP call's server: a2ad's HTTP stack (the bearer check
-	// with the same development key, then the two-era handler) in front
-	// of a go-sdk server with one no-op tool.
+// startFloor serves the trivial MCP call on a free loopback port: a2ad's
+// HTTP stack (the bearer check with dir's development key, then the
+// two-era handler) in front of a go-sdk server with one no-op tool. It
+// returns the base URL, the tokens' audience and a stop function.
+func startFloor(dir string, log *slog.Logger) (base, audience string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return env, err
+		return "", "", nil, err
 	}
-	env.floorURL = "http://" + ln.Addr().String()
-	authn, err := mcpedge.NewAuthenticator(mcpedge.AuthConfig{}, dir, env.floorURL)
+	base = "http://" + ln.Addr().String()
+	authn, err := mcpedge.NewAuthenticator(mcpedge.AuthConfig{}, dir, base)
 	if err != nil {
 		ln.Close()
-		return env, err
+		return "", "", nil, err
 	}
-	env.floorAud = authn.Audience()
 	floor := mcp.NewServer(&mcp.Implementation{Name: "a2ad-bench-floor", Version: "1"}, &mcp.ServerOptions{Logger: log})
 	mcp.AddTool(floor, &mcp.Tool{Name: "noop", Description: "Does nothing."},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, struct{}, error) {
@@ -565,46 +674,42 @@ func startBenchEnv(ctx context.Context, dir string, log *slog.Logger, hosts int)
 		})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", authn.ProtectMCP(mcpedge.HTTPHandler(floor, log)))
-	env.floor = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = env.floor.Serve(ln) }()
-	return env, nil
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return base, authn.Audience(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 func (env *benchEnv) stop() {
 	env.stopOnce.Do(func() {
-		if env.floor != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = env.floor.Shutdown(ctx)
-			cancel()
-		}
-		for _, nc := range []*nats.Conn{env.echoReq, env.echoResp} {
-			if nc != nil {
-				nc.Close()
-			}
-		}
-		if env.agent != nil {
-			env.agent.Stop()
-		}
-		if env.stopHTTP != nil {
-			env.stopHTTP()
-		}
-		if env.agentNC != nil {
-			env.agentNC.Close()
-		}
-		if env.d != nil {
-			env.d.Stop()
+		for _, f := range slices.Backward(env.closers) {
+			f()
 		}
 	})
 }
 
+// usage reads what the bench's processes have used so far.
+func (env *benchEnv) usage(ctx context.Context) (benchUsage, error) {
+	u := benchUsage{self: selfUsage(), machine: machineCPU()}
+	if env.children == nil {
+		return u, nil
+	}
+	var err error
+	u.a2ad, u.peer, err = env.children.usage(ctx)
+	return u, err
+}
+
 // hostToken is host i's token for a2ad; floorToken for the trivial server.
 func (env *benchEnv) hostToken(i int) (string, error) {
-	return mcpedge.MintDevToken(env.dataDir, env.d.Auth.Audience(), fmt.Sprintf("bench-host-%d", i), "default",
+	return mcpedge.MintDevToken(env.dataDir, env.audience, fmt.Sprintf("bench-host-%d", i), "default",
 		mcpedge.ScopeRead+" "+mcpedge.ScopeDelegate, time.Hour)
 }
 
 func (env *benchEnv) floorToken(i int) (string, error) {
-	return mcpedge.MintDevToken(env.dataDir, env.floorAud, fmt.Sprintf("bench-host-%d", i), "default", mcpedge.ScopeRead, time.Hour)
+	return mcpedge.MintDevToken(env.floorDir, env.floorAud, fmt.Sprintf("bench-host-%d", i), "default", mcpedge.ScopeRead, time.Hour)
 }
 
 func (env *benchEnv) echo(ctx context.Context) error {
@@ -713,9 +818,11 @@ func resultText(res *mcp.CallToolResult) string {
 // for d, and on until each caller has completed one operation started
 // after the warm-up (an operation slower than d still counts). Those
 // operations give the figures; throughput is their number over the time
-// from the warm-up's end to the last one's end. The first error stops
-// every caller and is returned.
-func measure(parent context.Context, workers int, warmup, d time.Duration, op func(ctx context.Context, worker int) error) (benchFigures, error) {
+// from the warm-up's end to the last one's end, and the usage figures
+// what usage reports at the warm-up's end and once the last one ended,
+// per operation. The first error stops every caller and is returned.
+func measure(parent context.Context, workers int, warmup, d time.Duration, op func(ctx context.Context, worker int) error,
+	usage func(context.Context) (benchUsage, error)) (benchFigures, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	start := time.Now().Add(warmup)
@@ -725,12 +832,15 @@ func measure(parent context.Context, workers int, warmup, d time.Duration, op fu
 	var firstErr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
-	var cpu0 time.Duration
-	var alloc0 uint64
+	var before benchUsage
 	wg.Go(func() {
 		select {
 		case <-time.After(time.Until(start)):
-			cpu0, alloc0 = processCPU(), totalAlloc()
+			var err error
+			if before, err = usage(ctx); err != nil {
+				errOnce.Do(func() { firstErr = err })
+				cancel()
+			}
 		case <-ctx.Done():
 		}
 	})
@@ -754,39 +864,81 @@ func measure(parent context.Context, workers int, warmup, d time.Duration, op fu
 		})
 	}
 	wg.Wait()
-	cpu, alloc := processCPU()-cpu0, totalAlloc()-alloc0
+	after, err := usage(ctx)
 	if err := parent.Err(); err != nil {
 		return benchFigures{}, err
 	}
 	if firstErr != nil {
 		return benchFigures{}, firstErr
 	}
+	if err != nil {
+		return benchFigures{}, err
+	}
 	// Every caller completed at least one operation after start.
 	all := slices.Concat(lat...)
 	finish := slices.MaxFunc(last, func(a, b time.Time) int { return a.Compare(b) })
 	slices.Sort(all)
-	return benchFigures{
+	f := benchFigures{
 		Concurrency: workers, Ops: len(all),
 		P50us: micros(percentile(all, 0.50)), P99us: micros(percentile(all, 0.99)),
-		PerSecond:  round(float64(len(all))/finish.Sub(start).Seconds(), 1),
-		CPUusPerOp: micros(cpu / time.Duration(len(all))), AllocBytesPerOp: round(float64(alloc)/float64(len(all)), 0),
-	}, nil
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		PerSecond: round(float64(len(all))/finish.Sub(start).Seconds(), 1),
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	f.fill(before, after)
+	return f, nil
 }
 
-// totalAlloc is runtime.MemStats.TotalAlloc: bytes ever allocated on the heap.
-func totalAlloc() uint64 {
+// benchUsage is what the bench's processes have used so far: this one, the
+// machine's cores together, and with --processes the a2ad and peer
+// processes.
+type benchUsage struct {
+	self       processUsage
+	machine    time.Duration // 0: /proc/stat not readable
+	a2ad, peer *processUsage
+}
+
+// processUsage is one process's CPU time and heap allocations so far.
+type processUsage struct {
+	cpu        time.Duration
+	allocBytes float64
+	mallocs    float64
+}
+
+// perOp is the usage from u0 to u over f.Ops operations.
+func (u processUsage) perOp(u0 processUsage, ops int) benchProcessFigures {
+	n := float64(ops)
+	return benchProcessFigures{CPUusPerOp: micros((u.cpu - u0.cpu) / time.Duration(ops)),
+		AllocBytesPerOp: round((u.allocBytes-u0.allocBytes)/n, 0), MallocsPerOp: round((u.mallocs-u0.mallocs)/n, 1)}
+}
+
+// fill sets f's usage figures from the usage before and after its window.
+func (f *benchFigures) fill(before, after benchUsage) {
+	self := after.self.perOp(before.self, f.Ops)
+	f.CPUusPerOp, f.AllocBytesPerOp, f.MallocsPerOp = self.CPUusPerOp, self.AllocBytesPerOp, self.MallocsPerOp
+	if before.machine > 0 && after.machine > 0 {
+		f.MachineCPUusPerOp = micros((after.machine - before.machine) / time.Duration(f.Ops))
+	}
+	if before.a2ad != nil && after.a2ad != nil {
+		a := after.a2ad.perOp(*before.a2ad, f.Ops)
+		f.A2AD = &a
+	}
+	if before.peer != nil && after.peer != nil {
+		p := after.peer.perOp(*before.peer, f.Ops)
+		f.Peer = &p
+	}
+}
+
+// selfUsage is this process's user and system CPU time (getrusage) and
+// heap allocations (runtime.MemStats) so far.
+func selfUsage() processUsage {
+	var u processUsage
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		u.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.TotalAlloc
+	u.allocBytes, u.mallocs = float64(m.TotalAlloc), float64(m.Mallocs)
+	return u
 }
 
 // percentile is the nearest-rank q-quantile of sorted.
@@ -1048,37 +1200,57 @@ func (rep *benchReport) print(w io.Writer) error {
 	fmt.Fprintf(w, "a2ad bench: %s %s, GOMAXPROCS %d (%d CPUs, %s), race detector %s, load average %s\n",
 		rep.GoVersion, rep.OSArch, rep.GOMAXPROCS, rep.NumCPU, rep.CPUModel, race, rep.LoadAverage)
 	fmt.Fprintf(w, "Go GC target %s, memory limit %s\n", rep.GOGC, mem)
-	fmt.Fprintf(w, "each latency measurement: %s after a %s warm-up; concurrency N = N hosts, each its own token, session and connections\n\n",
+	fmt.Fprintf(w, "each latency measurement: %s after a %s warm-up; concurrency N = N hosts, each its own token, session and connections\n",
 		rep.Duration, rep.Warmup)
+	if rep.Processes {
+		fmt.Fprintln(w, "a2ad and the peer (agents, trivial MCP server) in child processes; CPU µs/op and KB alloc/op: this process's (hosts, NATS echo)")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round trip\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\t")
-	for _, s := range []struct {
+	fmt.Fprintln(tw, "round trip\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\tmachine CPU µs/op\t")
+	rows := []struct {
 		name string
 		figs []benchFigures
 	}{{"raw NATS request-reply, 1 KB, TCP", rep.NATS}, {"trivial MCP tool call", rep.Trivial},
 		{"delegation to completed, agent: 1 event", rep.Delegation}, {"delegation to completed, agent: 3 events", rep.DelegationThreeEvents},
-		{"delegation to completed, HTTP agent (JSON-RPC, stream)", rep.DelegationHTTP}} {
+		{"delegation to completed, HTTP agent (JSON-RPC, stream)", rep.DelegationHTTP}}
+	for _, s := range rows {
 		for _, f := range s.figs {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", s.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
-				f.CPUusPerOp, f.AllocBytesPerOp/1024)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t\n", s.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
+				f.CPUusPerOp, f.AllocBytesPerOp/1024, f.MachineCPUusPerOp)
 		}
 	}
-	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
-	fmt.Fprintln(tw, "delegation (agent: 1 event) ÷ floor\tconcurrency\tp50\tp99\tper second\t\t\t\t")
+	if rep.Processes {
+		fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "per process, per op\tconcurrency\ta2ad CPU µs\ta2ad KB\ta2ad allocs\tpeer CPU µs\tpeer KB\tpeer allocs\tall 3 CPU µs\tmachine CPU µs\t")
+		for _, s := range rows {
+			for _, f := range s.figs {
+				printProcessRow(tw, s.name, f)
+			}
+		}
+	}
+	fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
+	fmt.Fprintln(tw, "delegation (agent: 1 event) ÷ floor\tconcurrency\tp50\tp99\tper second\t\t\t\t\t")
 	for _, r := range rep.Ratios {
-		fmt.Fprintf(tw, "÷ raw NATS\t%d\t%.2f×\t%.2f×\t\t\t\t\t\n", r.Concurrency, r.P50OverNATS, r.P99OverNATS)
-		fmt.Fprintf(tw, "÷ trivial MCP call\t%d\t%.2f×\t%.2f×\t%.2f×\t\t\t\t\n", r.Concurrency, r.P50OverTrivial, r.P99OverTrivial, r.RateOverTrivial)
+		fmt.Fprintf(tw, "÷ raw NATS\t%d\t%.2f×\t%.2f×\t\t\t\t\t\t\n", r.Concurrency, r.P50OverNATS, r.P99OverNATS)
+		fmt.Fprintf(tw, "÷ trivial MCP call\t%d\t%.2f×\t%.2f×\t%.2f×\t\t\t\t\t\n", r.Concurrency, r.P50OverTrivial, r.P99OverTrivial, r.RateOverTrivial)
 	}
 	if iso := rep.Isolation; iso != nil {
-		fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
-		fmt.Fprintln(tw, "delegation (agent: 1 event), one host\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\t")
-		for _, row := range []struct {
+		fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
+		fmt.Fprintln(tw, "delegation (agent: 1 event), one host\tconcurrency\tops\tp50 µs\tp99 µs\tper second\tCPU µs/op\tKB alloc/op\tmachine CPU µs/op\t")
+		isoRows := []struct {
 			name string
 			f    benchFigures
-		}{{"other agents quiet", iso.Idle}, {benchHostile + " flooding", iso.Flooded}} {
+		}{{"other agents quiet", iso.Idle}, {benchHostile + " flooding", iso.Flooded}}
+		for _, row := range isoRows {
 			f := row.f
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", row.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
-				f.CPUusPerOp, f.AllocBytesPerOp/1024)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t\n", row.name, f.Concurrency, f.Ops, f.P50us, f.P99us, f.PerSecond,
+				f.CPUusPerOp, f.AllocBytesPerOp/1024, f.MachineCPUusPerOp)
+		}
+		if rep.Processes {
+			for _, row := range isoRows {
+				printProcessRow(tw, row.name, row.f)
+			}
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -1108,6 +1280,18 @@ func (rep *benchReport) print(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s %s\t%s\n", t.Name, t.Limit, strconv.FormatFloat(t.Measured, 'f', -1, 64), t.Unit, verdict)
 	}
 	return tw.Flush()
+}
+
+// printProcessRow writes f's per-process figures (--processes): a2ad's
+// and the peer's CPU µs, KB and allocations per operation, the CPU of the
+// three processes together, and the machine's.
+func printProcessRow(tw io.Writer, name string, f benchFigures) {
+	if f.A2AD == nil || f.Peer == nil {
+		return
+	}
+	a, p := f.A2AD, f.Peer
+	fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t\n", name, f.Concurrency, a.CPUusPerOp, a.AllocBytesPerOp/1024, a.MallocsPerOp,
+		p.CPUusPerOp, p.AllocBytesPerOp/1024, p.MallocsPerOp, a.CPUusPerOp+p.CPUusPerOp+f.CPUusPerOp, f.MachineCPUusPerOp)
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo, or GOARCH.

@@ -6,11 +6,15 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/a2ad/a2ad/internal/testlog"
 )
 
 // TestBenchReportsEveryFigure runs `a2ad bench` briefly and checks that the
@@ -45,6 +49,9 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	if rep.GOGC != "400 (a2ad default under a memory limit)" || rep.MemoryLimit != 3<<30 || rep.MemoryLimitSource != "GOMEMLIMIT" {
 		t.Errorf("GC settings: gogc %q, memory limit %d (%q); want 400 under GOMEMLIMIT's 3 GiB", rep.GOGC, rep.MemoryLimit, rep.MemoryLimitSource)
 	}
+	if rep.Processes {
+		t.Errorf("processes = true without --processes")
+	}
 	if wantRace := os.Getenv("A2AD_TEST_RACE") != "0"; rep.Race != wantRace {
 		t.Errorf("race = %v, want %v (TestMain's build)", rep.Race, wantRace)
 	}
@@ -54,8 +61,12 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 		var conc []int
 		for _, f := range fs {
 			conc = append(conc, f.Concurrency)
-			if f.Ops <= 0 || f.P50us <= 0 || f.P99us < f.P50us || f.PerSecond <= 0 || f.CPUusPerOp <= 0 || f.AllocBytesPerOp <= 0 {
+			if f.Ops <= 0 || f.P50us <= 0 || f.P99us < f.P50us || f.PerSecond <= 0 || f.CPUusPerOp <= 0 || f.AllocBytesPerOp <= 0 ||
+				f.MallocsPerOp <= 0 || (runtime.GOOS == "linux" && f.MachineCPUusPerOp <= 0) {
 				t.Errorf("%s at concurrency %d: %+v, want every figure > 0 and p99 ≥ p50", name, f.Concurrency, f)
+			}
+			if f.A2AD != nil || f.Peer != nil {
+				t.Errorf("%s at concurrency %d: per-process figures without --processes: %+v", name, f.Concurrency, f)
 			}
 		}
 		if !slices.Equal(conc, []int{1, 64}) {
@@ -145,3 +156,156 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 }
 
 func nearlyEqual(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
+
+// TestBenchProcesses runs `a2ad bench --processes` briefly: a2ad (`a2ad
+// serve`) and the peer (`a2ad bench-peer`: the agents and the trivial MCP
+// server) as child processes. Every figure gets each process's usage and
+// the machine's; the busy process of each round trip has CPU and
+// allocations to show, a2ad's CPU is a part of the machine's, and the CPU
+// profile is a2ad's alone: its broker, none of the hosts' MCP client. No
+// child is left once the bench has exited.
+func TestBenchProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("--processes reads /proc: Linux only")
+	}
+	tmp := t.TempDir()
+	prof := filepath.Join(tmp, "a2ad.prof")
+	cmd := exec.Command(bin, "bench", "--processes", "--duration", "300ms", "--concurrency", "1,4", "--open-tasks", "1000",
+		"--flood=false", "--json", "--cpuprofile", prof)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp) // the children's directories, to find them by
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("a2ad bench --processes: %v\n%s", err, stderr.Bytes())
+	}
+	if left := processesUnder(t, tmp); len(left) > 0 {
+		t.Errorf("child processes left after the bench exited: %q", left)
+	}
+	var rep benchReport
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if !rep.Processes {
+		t.Errorf("processes = false, want true")
+	}
+	// The process each round trip keeps busy: a2ad's embedded NATS server
+	// carries the raw echo, the peer serves the trivial call, and both
+	// work in a delegation.
+	for _, c := range []struct {
+		name       string
+		figs       []benchFigures
+		a2ad, peer bool
+	}{
+		{"nats_request_reply", rep.NATS, true, false},
+		{"mcp_trivial_call", rep.Trivial, false, true},
+		{"delegation", rep.Delegation, true, true},
+		{"delegation_three_events", rep.DelegationThreeEvents, true, true},
+		{"delegation_http", rep.DelegationHTTP, true, true},
+	} {
+		var conc []int
+		for _, f := range c.figs {
+			conc = append(conc, f.Concurrency)
+			if f.A2AD == nil || f.Peer == nil {
+				t.Errorf("%s at concurrency %d: no per-process figures: %+v", c.name, f.Concurrency, f)
+				continue
+			}
+			busy := func(p *benchProcessFigures) bool {
+				return p.CPUusPerOp > 0 && p.AllocBytesPerOp > 0 && p.MallocsPerOp > 0
+			}
+			if f.Ops <= 0 || f.CPUusPerOp <= 0 || f.AllocBytesPerOp <= 0 || f.MallocsPerOp <= 0 || f.MachineCPUusPerOp <= 0 ||
+				(c.a2ad && !busy(f.A2AD)) || (c.peer && !busy(f.Peer)) {
+				t.Errorf("%s at concurrency %d: %+v, a2ad %+v, peer %+v: want the bench's, the machine's and the busy processes' figures > 0",
+					c.name, f.Concurrency, f, *f.A2AD, *f.Peer)
+			}
+			if f.A2AD.CPUusPerOp >= f.MachineCPUusPerOp {
+				t.Errorf("%s at concurrency %d: a2ad's CPU %v µs/op, the machine's %v: want a2ad's below", c.name, f.Concurrency,
+					f.A2AD.CPUusPerOp, f.MachineCPUusPerOp)
+			}
+		}
+		if !slices.Equal(conc, []int{1, 4}) {
+			t.Errorf("%s measured at concurrency %v, want [1 4]", c.name, conc)
+		}
+	}
+
+	b, err := os.ReadFile(prof)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--cpuprofile: %v, %d bytes; want a gzipped pprof profile", err, len(b))
+	}
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=1000000", bin, prof).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof: %v\n%s", err, top)
+	}
+	if !strings.Contains(string(top), "github.com/a2ad/a2ad/internal/broker.") {
+		t.Errorf("a2ad's profile has no function of internal/broker:\n%s", top)
+	}
+	for _, host := range []string{"mcp.(*ClientSession)", "main.delegateTo", "main.measure"} {
+		if strings.Contains(string(top), host) {
+			t.Errorf("a2ad's profile has %s, of the bench's hosts:\n%s", host, top)
+		}
+	}
+}
+
+// TestBenchProcessesInterrupted: Ctrl-C (SIGINT) while `a2ad bench
+// --processes` measures stops its children too.
+func TestBenchProcessesInterrupted(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("--processes reads /proc: Linux only")
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(bin, "bench", "--processes", "--duration", "30s", "--concurrency", "1", "--flood=false")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr testlog.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	// Both children start, a2ad's agents register: slower than
+	// waitUntil's 15 s allows under -race on a loaded machine.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(stderr.String(), "raw NATS request-reply"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bench did not start measuring within a minute:\n%s", stderr.String())
+		}
+	}
+	if running := processesUnder(t, tmp); len(running) != 2 {
+		t.Fatalf("processes of the bench while it measures: %q, want a2ad serve and a2ad bench-peer", running)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("bench interrupted: exit 0, want a failure")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("bench did not exit within 30s of SIGINT\n%s", stderr.String())
+	}
+	if left := processesUnder(t, tmp); len(left) > 0 {
+		t.Errorf("child processes left after SIGINT: %q", left)
+	}
+}
+
+// processesUnder lists the command lines of the processes that name a
+// path under dir.
+func processesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	paths, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(dir)) {
+			found = append(found, string(bytes.ReplaceAll(bytes.TrimRight(b, "\x00"), []byte{0}, []byte{' '})))
+		}
+	}
+	return found
+}

@@ -106,7 +106,15 @@ func startInProcessAgent(ctx context.Context, d *daemon.Daemon, misbehave map[st
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := nats.Connect(d.NATSURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...)
+	return startAgentOn(ctx, d.NATSURL, cred, misbehave, log)
+}
+
+// startAgentOn runs the reference agent fraud-review with credential cred
+// against the NATS server at natsURL (a2ad's embedded one). The caller
+// closes nc after stopping the agent; after an error, nothing is left to
+// close.
+func startAgentOn(ctx context.Context, natsURL, cred string, misbehave map[string]string, log *slog.Logger) (*nats.Conn, *refagent.Agent, error) {
+	nc, err := nats.Connect(natsURL, append(refagent.ConnectOptions("fraud-review", cred), nats.Name("fraud-review-agent"))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent connection: %w", err)
 	}

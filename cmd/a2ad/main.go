@@ -9,7 +9,7 @@
 //	a2ad agents list|show ID|approve ID --fingerprint F|quarantine ID [--reason R]|credential ID --out FILE|- [--ttl D]|check-card FILE [--agent ID]
 //	a2ad token mint --sub S [--tenant T] [--scope "…"] [--ttl D] [--data-dir D]
 //	a2ad version [--json] | a2ad --version | a2ad completion bash|zsh|fish|powershell
-//	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F]
+//	a2ad bench [--duration 10s] [--concurrency 1,64] [--open-tasks 100000] [--json] [--cpuprofile F] [--processes]
 //
 // This file only parses flags and wires packages.
 package main
@@ -46,13 +46,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(), newMCP(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
-	root.AddCommand(newConsole())
+	root.AddCommand(newConsole(), newBenchPeer())
 	configureRoot(root) // last: it wraps every command's argument check
 	return root
 }
 
 func newServe() *cobra.Command {
-	var configPath string
+	var configPath, pprofAddr string
 	var stdio bool
 	var o daemon.Config
 	cmd := &cobra.Command{
@@ -109,6 +109,14 @@ func newServe() *cobra.Command {
 			// refresher) write in the same format.
 			slog.SetDefault(log)
 			log.Info("Go runtime", tuneGC(log).logAttrs()...)
+			if pprofAddr != "" {
+				addr, stop, err := servePprof(pprofAddr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				log.Warn("profiling listener (net/http/pprof, --pprof-addr): for a2ad bench, never in production", "addr", addr)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			// SIGHUP is caught from now on: a reload (systemctl reload)
@@ -161,6 +169,8 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.NATSTLS.CAFile, "nats-ca", "", "CA certificate (PEM) that verifies the --nats-url server; TLS only (nats_tls.ca_file)")
 	f.StringVar(&o.NATSTLS.ClientCertFile, "nats-client-cert", "", "client certificate (PEM) a2ad presents to the --nats-url server (nats_tls.client_cert_file)")
 	f.StringVar(&o.NATSTLS.ClientKeyFile, "nats-client-key", "", "private key (PEM) of --nats-client-cert (nats_tls.client_key_file)")
+	f.StringVar(&pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback address (for a2ad bench --processes; never in production)")
+	_ = f.MarkHidden("pprof-addr")
 	f.BoolVar(&o.ConformanceTools, "conformance-tools", false, "add the MCP conformance suite's input-request test tools and prompt (test_input_required_result_*) for .ci/conformance; never in production")
 	return cmd
 }
