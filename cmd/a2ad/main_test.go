@@ -128,13 +128,18 @@ func TestDemoExitsZeroWithAllFiveVerdicts(t *testing.T) {
 			t.Errorf("demo output lacks %q\n%s", want, out)
 		}
 	}
-	// The trail of the rejected artifact, in the order it happened.
+	// The trail of the rejected artifact, in the order it happened. The
+	// delegation's acceptance is recorded once the agent has answered the
+	// brief, so the agent's start, which it may report before it answers,
+	// can come before or after it.
 	trail := regexp.MustCompile(`(?s)task\.transition +host:demo-host +default +(tsk-\S+) +fraud-review +-→submitted \(submit\).*` +
-		`delegation\.accepted +host:demo-host +default +tsk-\S+ +fraud-review +brief=sha256:[0-9a-f]{64}.*` +
 		`task\.transition +agent:fraud-review +default .*submitted→working \(start\).*` +
 		`artifact\.verdict +daemon +default .* artifact risk-assessment invalid: /parts/0/data \(additionalProperties\).*` +
 		`task\.transition +daemon +default .*working→failed \(fail\) reason="artifact_rejected"`)
-	if !trail.Match(out) {
+	accepted := regexp.MustCompile(`(?s)task\.transition +host:demo-host +default +(tsk-\S+) +fraud-review +-→submitted \(submit\).*` +
+		`delegation\.accepted +host:demo-host +default +tsk-\S+ +fraud-review +brief=sha256:[0-9a-f]{64}.*` +
+		`task\.transition +daemon +default .*working→failed \(fail\) reason="artifact_rejected"`)
+	if !trail.Match(out) || !accepted.Match(out) {
 		t.Errorf("demo output lacks the audit trail of C-13\n%s", out)
 	}
 }
