@@ -19,15 +19,14 @@ type natsCost struct {
 	// kvWrites counts each task record's stored writes (deliveries to
 	// a2ad's store watcher), kvRefused the writes JetStream refused
 	// (a compare-and-swap lost: "wrong last sequence").
-	kvWrites            map[string]int
-	pending             map[string]string // a write's reply inbox → its task id
-	kvRefused, kvReads  int
-	agentRequests       int
-	events, eventAcks   int
-	audit               int
-	auditKinds          map[string]int
-	other               map[string]int
-	published, pubBytes uint64 // server in_msgs / in_bytes: what clients published
+	kvWrites           map[string]int
+	pending            map[string]string // a write's reply inbox → its task id
+	kvRefused, kvReads int
+	agentRequests      int
+	events, eventAcks  int
+	audit              int
+	auditKinds         map[string]int
+	other              map[string]int
 }
 
 func (c *natsCost) see(m *nats.Msg) {
