@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -469,6 +470,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	run("the link again", chromedp.Navigate(link), visible("#login-error"))
 	if got := text("#login-error"); !strings.Contains(got, "unknown, already used or expired") {
 		t.Errorf("the link used twice: %q", got)
+	}
+
+	// A page of another origin (another port of this host) that sends the
+	// browser to a link does not log it in by itself (login CSRF): the
+	// login page asks for a click.
+	out, err = exec.Command(bin, "console", "--data-dir", d.DataDir, "--as", "mallory").Output()
+	if err != nil {
+		t.Fatalf("a2ad console --as mallory: %v", err)
+	}
+	lure := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, "<!doctype html><script>location.href = %q;</script>", strings.TrimSpace(string(out)))
+	}))
+	t.Cleanup(lure.Close)
+	run("a page sends the browser to a link", chromedp.Navigate(lure.URL), visible("#code-login"))
+	time.Sleep(300 * time.Millisecond) // an auto-post would have left the page by now
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || loc != d.HTTP+"/console/login" {
+		t.Errorf("after a page sent the browser to a link it is at %s (%v), want the login page (no login without a click)", loc, err)
+	}
+	run("the operator clicks", chromedp.Click(chromedp.CSS("#code-login")), visible("#delegations"))
+	if got := text("#who"); !strings.HasPrefix(got, "mallory (default), until ") {
+		t.Errorf("logged in by the clicked link as %q", got)
 	}
 }
 
