@@ -28,6 +28,8 @@ import (
 	"github.com/a2ad/a2ad/internal/admin"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/mcpedge"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -396,22 +398,24 @@ func scrapeAllocs(ctx context.Context, u string) (allocBytes, mallocs float64, e
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, errors.New(resp.Status)
 	}
-	got := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && (name == "go_memstats_alloc_bytes_total" || name == "go_memstats_mallocs_total") {
-			if got[name], err = strconv.ParseFloat(strings.TrimSpace(value), 64); err != nil {
-				return 0, 0, fmt.Errorf("%s: %w", name, err)
-			}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", u, err)
+	}
+	value := func(name string) (float64, bool) {
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) != 1 {
+			return 0, false
 		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue(), true
+		}
+		return m.GetUntyped().GetValue(), m.GetUntyped() != nil
 	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, err
-	}
-	a, ok1 := got["go_memstats_alloc_bytes_total"]
-	m, ok2 := got["go_memstats_mallocs_total"]
+	a, ok1 := value("go_memstats_alloc_bytes_total")
+	m, ok2 := value("go_memstats_mallocs_total")
 	if !ok1 || !ok2 {
 		return 0, 0, errors.New("no go_memstats_alloc_bytes_total or go_memstats_mallocs_total")
 	}

@@ -14,11 +14,11 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/a2ad/a2ad/internal/console"
+	"github.com/a2ad/a2ad/internal/testlog"
 )
 
 // exitOf runs the binary and returns stdout, stderr and the exit status.
@@ -293,20 +293,6 @@ COMP_WORDS=(a2ad ta) COMP_CWORD=1 COMP_LINE="a2ad ta" COMP_POINT=7 && $fn a2ad t
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a command writing while the test
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // `a2ad tasks watch` with a token it minted watches on when the token
 // expires (the admin API ends every stream then): it mints another and
 // reconnects, instead of exiting after five minutes (red team).
@@ -315,7 +301,7 @@ func TestTasksWatchOutlivesItsMintedToken(t *testing.T) {
 	prev := adminTokenTTL
 	adminTokenTTL = 2 * time.Second
 	t.Cleanup(func() { adminTokenTTL = prev })
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	root := newRoot(&stdout, &stderr)
 	root.SetArgs([]string{"tasks", "watch", "--json", "--server", d.HTTP, "--data-dir", d.DataDir})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -137,6 +137,7 @@ type Console struct {
 type session struct {
 	token, key string
 	id         Identity
+	sid        string // its key in Console.sessions (the cookie's value)
 	seq        uint64 // creation order
 	expires    time.Time
 	// ctx ends (end called) when the session does: at logout, expiry or
@@ -200,11 +201,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /console/login", c.cop.Handler(http.HandlerFunc(c.doLogin)))
 	mux.Handle("POST /console/logout", c.guard(func(w http.ResponseWriter, r *http.Request, s *session) {
 		c.mu.Lock()
-		for k, v := range c.sessions {
-			if v == s {
-				c.endSession(k)
-			}
-		}
+		c.endSession(s.sid)
 		c.mu.Unlock()
 		http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
 		writeJSON(w, http.StatusOK, map[string]bool{"logged_out": true})
@@ -261,7 +258,7 @@ func (c *Console) guard(h func(http.ResponseWriter, *http.Request, *session)) ht
 			}
 		}
 		got := r.Header.Get(KeyHeader)
-		if got == "" && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/watch") {
+		if got == "" && r.Method == http.MethodGet && isWatch(r) {
 			got = r.URL.Query().Get(KeyParam)
 		}
 		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.key)) != 1 {
@@ -394,14 +391,10 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	if !full {
 		c.seq++
-		ns.seq = c.seq
+		ns.seq, ns.sid = c.seq, sid
 		c.sessions[sid] = ns
 		if cur != nil { // logging in again, or switching: the old session ends
-			for k, v := range c.sessions {
-				if v == cur {
-					c.endSession(k)
-				}
-			}
+			c.endSession(cur.sid)
 		}
 	}
 	c.mu.Unlock()
@@ -417,7 +410,7 @@ func (c *Console) doLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/#key="+ns.key, http.StatusSeeOther)
 }
 
-// newSession is a session with its own CSRF token and context.
+// newSession is a session with its own page key and context.
 func newSession(tok string, id Identity, exp time.Time) *session {
 	ctx, end := context.WithCancel(context.Background())
 	return &session{token: tok, key: random(), id: id, expires: exp, ctx: ctx, end: end}
@@ -427,22 +420,28 @@ func newSession(tok string, id Identity, exp time.Time) *session {
 // oldest of its subject (in its tenant) when it has MaxSessionsPerSubject;
 // c.mu is held.
 func (c *Console) makeRoom(id Identity) bool {
-	var oldest string
-	n := 0
-	for k, s := range c.sessions {
-		if s.id.Subject != id.Subject || s.id.Tenant != id.Tenant {
-			continue
-		}
-		n++
-		if oldest == "" || s.seq < c.sessions[oldest].seq {
-			oldest = k
-		}
-	}
+	oldest, n := oldestOf(c.sessions, id, func(s *session) (Identity, uint64) { return s.id, s.seq })
 	if n >= MaxSessionsPerSubject {
 		c.endSession(oldest)
 		return true
 	}
 	return len(c.sessions) < MaxSessions
+}
+
+// oldestOf is the key of the oldest (lowest seq) entry of m of the
+// operator id (subject and tenant), and how many entries of it m holds.
+func oldestOf[V any](m map[string]V, id Identity, of func(V) (Identity, uint64)) (oldest string, n int) {
+	var first uint64
+	for k, v := range m {
+		vid, seq := of(v)
+		if vid.Subject != id.Subject || vid.Tenant != id.Tenant {
+			continue
+		}
+		if n++; n == 1 || seq < first {
+			oldest, first = k, seq
+		}
+	}
+	return oldest, n
 }
 
 // mintCode answers POST /console/api/code: an admin token in the
@@ -468,17 +467,7 @@ func (c *Console) mintCode(w http.ResponseWriter, r *http.Request) {
 	cd := random()
 	c.mu.Lock()
 	c.sweep(now)
-	var oldest string
-	n := 0
-	for k, v := range c.codes {
-		if v.id.Subject == id.Subject && v.id.Tenant == id.Tenant {
-			n++
-			if oldest == "" || v.seq < c.codes[oldest].seq {
-				oldest = k
-			}
-		}
-	}
-	if n >= MaxCodesPerSubject {
+	if oldest, n := oldestOf(c.codes, id, func(v code) (Identity, uint64) { return v.id, v.seq }); n >= MaxCodesPerSubject {
 		delete(c.codes, oldest) // one operator's unused codes replace each other
 	}
 	full := len(c.codes) >= MaxCodes
@@ -516,7 +505,7 @@ func (c *Console) sweep(now time.Time) {
 // it.
 func (c *Console) forward(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx := r.Context()
-	if strings.HasSuffix(r.URL.Path, "/watch") { // a stream; other requests are short, and never cut halfway
+	if isWatch(r) { // a stream; other requests are short, and never cut halfway
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(s.expires.Sub(c.opts.Now())))
 		defer cancel()
@@ -535,6 +524,9 @@ func (c *Console) forward(w http.ResponseWriter, r *http.Request, s *session) {
 	r2.Header.Set("Authorization", "Bearer "+s.token)
 	c.opts.Admin.ServeHTTP(w, r2)
 }
+
+// isWatch reports whether r asks for an admin API stream (GET /v1/tasks/watch).
+func isWatch(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/watch") }
 
 // random is 32 random bytes, base64url.
 func random() string {

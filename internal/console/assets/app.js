@@ -423,9 +423,7 @@ function openWatch(f) {
   var w = new EventSource("/console/api/v1/tasks/watch" + query(Object.assign({}, f, { console_key: key })));
   w.addEventListener("error", function () {
     if (w.readyState !== EventSource.CLOSED) { return; }
-    fetch("/console/api/session", { headers: { "X-Console-Key": key }, credentials: "same-origin" }).then(function (r) {
-      if (r.status === 401) { toLogin(); }
-    });
+    api("/session").catch(function () {}); // a 401 shows the login
   });
   return w;
 }
@@ -450,11 +448,7 @@ function route() {
   else { viewDashboard(); }
 }
 
-fetch("/console/api/session", { headers: { "X-Console-Key": key }, credentials: "same-origin" }).then(function (r) {
-  if (!r.ok) { toLogin(); return null; }
-  return r.json();
-}).then(function (s) {
-  if (!s) { return; }
+api("/session").then(function (s) {
   document.getElementById("who").textContent = s.subject + " (" + s.tenant + "), until " + fmtTime(s.expires_at);
   document.getElementById("logout").addEventListener("click", function () {
     fetch("/console/logout", { method: "POST", headers: { "X-Console-Key": key }, credentials: "same-origin" })
@@ -462,4 +456,4 @@ fetch("/console/api/session", { headers: { "X-Console-Key": key }, credentials: 
   });
   window.addEventListener("hashchange", route);
   route();
-});
+}, toLogin);
