@@ -175,3 +175,101 @@ func TestScanReportsValueThatIsNotARecord(t *testing.T) {
 		t.Errorf("List = %v, want a decode error naming junk-1", err)
 	}
 }
+
+// ScanBack reports each current record once, newest write first, across
+// several batches (more records than one window, with the gaps that
+// rewrites leave in the stream), skipping deleted and purged keys, with
+// stored times that never grow; it stops where fn says.
+func TestScanBackReportsNewestWritesFirst(t *testing.T) {
+	s, kv, _ := scanStore(t)
+	ctx := context.Background()
+	const n = 3*scanBackWindow + 17
+	var want []string // in write order
+	for i := range n {
+		id := fmt.Sprintf("b-%04d", i)
+		if err := s.Create(ctx, &Record{ID: id, Tenant: "acme", State: Working, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, id)
+		if i%5 == 4 { // rewrite an earlier one: it moves to the top
+			old := fmt.Sprintf("b-%04d", i-3)
+			if _, err := s.Update(ctx, old, func(r *Record) error { r.Turns++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			want = append(slices.DeleteFunc(want, func(id string) bool { return id == old }), old)
+		}
+	}
+	for _, id := range []string{"b-0003", "b-0100"} {
+		if err := kv.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		want = slices.DeleteFunc(want, func(x string) bool { return x == id })
+	}
+	if err := kv.Purge(ctx, "b-0200"); err != nil {
+		t.Fatal(err)
+	}
+	want = slices.DeleteFunc(want, func(x string) bool { return x == "b-0200" })
+	slices.Reverse(want)
+
+	var got []string
+	last := time.Now().Add(time.Hour)
+	err := s.ScanBack(ctx, func(r *Record, stored time.Time) (bool, error) {
+		if stored.After(last) {
+			t.Errorf("%s stored at %v, after the one before it (%v)", r.ID, stored, last)
+		}
+		if stored.Before(r.CreatedAt) {
+			t.Errorf("%s stored at %v, before its creation %v", r.ID, stored, r.CreatedAt)
+		}
+		last = stored
+		got = append(got, r.ID)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ScanBack: %d records %v…, want %d %v…", len(got), got[:min(10, len(got))], len(want), want[:10])
+	}
+	got = nil
+	if err := s.ScanBack(ctx, func(r *Record, _ time.Time) (bool, error) { got = append(got, r.ID); return len(got) < 3, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want[:3]) {
+		t.Errorf("ScanBack stopped after 3: %v, want %v", got, want[:3])
+	}
+	boom := errors.New("boom")
+	if err := s.ScanBack(ctx, func(*Record, time.Time) (bool, error) { return true, boom }); err != boom {
+		t.Errorf("fn's error: %v, want it unchanged", err)
+	}
+}
+
+// OpenTasks yields the open tasks the watcher saw, with tenant, agent,
+// state and creation time, and none once ended or deleted.
+func TestOpenTasksIndex(t *testing.T) {
+	s, kv, _ := scanStore(t)
+	ctx := context.Background()
+	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	for i, st := range []State{Working, InputRequired, Completed, Submitted} {
+		if err := s.Create(ctx, &Record{ID: fmt.Sprintf("o-%d", i), Tenant: "acme", AgentID: "kyc", State: st, CreatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Update(ctx, "o-0", func(r *Record) error { r.State = Failed; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "o-3"); err != nil {
+		t.Fatal(err)
+	}
+	want := []OpenTask{{ID: "o-1", Tenant: "acme", AgentID: "kyc", State: InputRequired, CreatedAt: at}}
+	var got []OpenTask
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got = slices.Collect(s.OpenTasks())
+		if len(got) == 1 && s.Open() == 1 {
+			break
+		}
+	}
+	if len(got) != 1 || got[0].ID != want[0].ID || got[0].Tenant != "acme" || got[0].AgentID != "kyc" || got[0].State != InputRequired ||
+		!got[0].CreatedAt.Equal(at) || s.Open() != 1 {
+		t.Errorf("OpenTasks: %+v (Open %d), want %+v", got, s.Open(), want)
+	}
+}

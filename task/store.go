@@ -47,6 +47,9 @@ type Store struct {
 	loaded chan struct{} // closed once the watcher delivered every stored record
 	open   atomic.Int64  // records seen by the watcher that are not terminal
 
+	idxMu   sync.RWMutex
+	openIdx map[string]OpenTask // the watcher's non-terminal records, by id
+
 	js jetstream.JetStream // for purges with headers of a2ad's ([Store.Expire])
 	// markerTTL is how long the purge marker of an expired task stays
 	// ([Store.Expire]); 0 when the server cannot expire markers (< 2.11).
@@ -107,6 +110,7 @@ func markOf(r *Record) writeMark {
 // Snapshot is what the watcher reports of one record.
 type Snapshot struct {
 	ID      string
+	Tenant  string
 	AgentID string
 	Deleted bool
 	// Bytes is the size of the stored record.
@@ -187,7 +191,6 @@ func (s *Store) Loaded() <-chan struct{} { return s.loaded }
 func (s *Store) Open() int { return int(s.open.Load()) }
 
 func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
-	open := map[string]bool{}
 	loaded := false
 	for e := range w.Updates() {
 		if e == nil {
@@ -206,6 +209,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
 		if !snap.Deleted {
 			var v struct {
+				Tenant         string    `json:"tenant"`
 				AgentID        string    `json:"agent_id"`
 				CreatedAt      time.Time `json:"created_at"`
 				UpdatedAt      time.Time `json:"updated_at"`
@@ -224,7 +228,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				s.cache.observe(e.Key(), e.Revision(), nil, true)
 				continue // not a record a2ad wrote; Get reports it
 			}
-			snap.AgentID, snap.State, snap.Deadline = v.AgentID, v.State, v.Deadline
+			snap.Tenant, snap.AgentID, snap.State, snap.Deadline = v.Tenant, v.AgentID, v.State, v.Deadline
 			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
 			snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
 			snap.Binding, snap.AgentTaskID, snap.Follow = v.Binding, v.AgentTaskID, v.Follow
@@ -236,15 +240,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 		}
 		s.cache.observe(e.Key(), e.Revision(), e.Value(), snap.Deleted || snap.State.Terminal())
-		if isOpen := !snap.Deleted && !snap.State.Terminal(); isOpen != open[snap.ID] {
-			if isOpen {
-				open[snap.ID] = true
-				s.open.Add(1)
-			} else {
-				delete(open, snap.ID)
-				s.open.Add(-1)
-			}
-		}
+		s.index(snap)
 		if onChange != nil {
 			onChange(snap)
 		}

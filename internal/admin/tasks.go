@@ -324,14 +324,12 @@ func listTasks(svc *broker.Service) http.HandlerFunc {
 			writeErr(w, http.StatusBadRequest, "invalid_argument", err.Error())
 			return
 		}
-		now := time.Now()
-		// One pass over the bucket, keeping only what can be on the page.
-		pg := newPager(f, limit, cursor, now)
-		if err := svc.Tasks.Scan(r.Context(), pg.add); err != nil {
+		pg, err := listPage(r.Context(), svc.Tasks, f, limit, cursor, time.Now())
+		if err != nil {
 			writeErr(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, pg.page())
+		writeJSON(w, http.StatusOK, pg)
 	}
 }
 

@@ -34,6 +34,12 @@ type api struct {
 func newAPI(t testing.TB) *api {
 	t.Helper()
 	_, _, js := natstest.Start(t)
+	return newAPIOn(t, js)
+}
+
+// newAPIOn is newAPI on the embedded NATS of js.
+func newAPIOn(t testing.TB, js jetstream.JetStream) *api {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st, err := task.NewStore(ctx, js, 1, nil)

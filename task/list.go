@@ -1,0 +1,174 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+	"unique"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+)
+
+// OpenTask is what the store's watcher knows of one open (non-terminal)
+// task: enough to choose the open tasks a listing shows without reading
+// the others ([Store.OpenTasks]). About 150 bytes a task with its map entry
+// (tenant and agent strings are interned).
+type OpenTask struct {
+	ID        string
+	Tenant    string
+	AgentID   string
+	State     State
+	CreatedAt time.Time
+}
+
+// index keeps the open-task index and count current with one snapshot.
+func (s *Store) index(sn Snapshot) {
+	open := !sn.Deleted && !sn.State.Terminal()
+	s.idxMu.Lock()
+	defer s.idxMu.Unlock()
+	_, had := s.openIdx[sn.ID]
+	switch {
+	case open:
+		if s.openIdx == nil {
+			s.openIdx = map[string]OpenTask{}
+		}
+		s.openIdx[sn.ID] = OpenTask{ID: sn.ID, Tenant: unique.Make(sn.Tenant).Value(), AgentID: unique.Make(sn.AgentID).Value(),
+			State: sn.State, CreatedAt: sn.CreatedAt}
+		if !had {
+			s.open.Add(1)
+		}
+	case had:
+		delete(s.openIdx, sn.ID)
+		s.open.Add(-1)
+	}
+}
+
+// OpenTasks yields every open task the store's watcher has seen, in no
+// order, from memory: no record is read. The index is as current as the
+// watcher (a write of another instance shows once the watcher delivers
+// it), so a caller reads each record it keeps ([Store.Get]) and checks it
+// again. The watcher waits while the sequence runs: keep the loop body
+// short.
+func (s *Store) OpenTasks() iter.Seq[OpenTask] {
+	return func(yield func(OpenTask) bool) {
+		s.idxMu.RLock()
+		defer s.idxMu.RUnlock()
+		for _, t := range s.openIdx {
+			if !yield(t) {
+				return
+			}
+		}
+	}
+}
+
+// scanBackWindow is how many stored values [Store.ScanBack] reads in one
+// batch (one JetStream direct get request).
+const scanBackWindow = 256
+
+// ScanBack calls fn with the bucket's current records, newest write
+// first: in descending stream sequence, which is the order of the records'
+// last writes, with stored, the time JetStream stored that write (the
+// stream message's timestamp, the NATS server's clock). A record's
+// CreatedAt is at or before its stored time (a2ad's clock, not the
+// server's: allow for their skew), so a reader that wants the newest
+// created records can stop once stored is older than what it holds. fn
+// returns false to stop. Deleted and purged keys are skipped.
+//
+// It reads scanBackWindow values at a time with JetStream's batched
+// direct get (ADR-31, nats-server ≥ 2.11), from the stream's last
+// sequence down: reading stops where fn stops, so a caller that stops
+// early reads only the newest part of the bucket, however large. Direct
+// gets may be answered by any replica of the bucket's stream, so a write
+// acknowledged a moment ago may be missing. Not a snapshot: a record
+// written while it runs may be missed or reported twice (callers keep one
+// per ID).
+//
+// Errors: fn's, returned unchanged; a value that is not a record is
+// "task: decode <id>: …"; NATS failures and the end of ctx are
+// "task: scan back: …" wrapping the cause.
+func (s *Store) ScanBack(ctx context.Context, fn func(r *Record, stored time.Time) (bool, error)) error {
+	var info *jetstream.StreamInfo
+	err := s.retry(ctx, func() (err error) { info, err = s.stream.Info(ctx); return err })
+	if err != nil {
+		return fmt.Errorf("task: scan back: %w", err)
+	}
+	st := info.State
+	if st.Msgs == 0 || st.LastSeq < st.FirstSeq {
+		return nil
+	}
+	// The sequence range expected to hold a window's worth of values: a
+	// bucket of one value per key is sparse (each write removes the key's
+	// previous value).
+	span := max(1, (st.LastSeq-st.FirstSeq+1)*scanBackWindow/st.Msgs)
+	prefix := "$KV." + Bucket + "."
+	for hi := st.LastSeq; hi >= st.FirstSeq; {
+		lo := st.FirstSeq
+		if hi-st.FirstSeq >= span {
+			lo = hi - span + 1
+		}
+		window, err := s.readRange(ctx, lo, hi)
+		if err != nil {
+			return err
+		}
+		for i := len(window) - 1; i >= 0; i-- {
+			m := window[i]
+			if m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "" || len(m.Data) == 0 {
+				continue
+			}
+			r, err := decode(m.Data)
+			if err != nil {
+				return fmt.Errorf("task: decode %s: %w", strings.TrimPrefix(m.Subject, prefix), err)
+			}
+			more, err := fn(r, m.Time)
+			if err != nil || !more {
+				return err
+			}
+		}
+		if lo == st.FirstSeq {
+			return nil
+		}
+		hi = lo - 1
+	}
+	return nil
+}
+
+// readRange reads the stored values with sequences lo to hi, in order.
+func (s *Store) readRange(ctx context.Context, lo, hi uint64) ([]*jetstream.RawStreamMsg, error) {
+	var out []*jetstream.RawStreamMsg
+	for from := lo; from <= hi; {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("task: scan back: %w", err)
+		}
+		msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, scanBackWindow, jetstreamext.GetBatchSeq(from))
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task: scan back: %w", err)
+		}
+		n, past := 0, false
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("task: scan back: %w", err)
+			}
+			n++
+			if m.Sequence > hi {
+				past = true
+				break
+			}
+			out = append(out, m)
+			from = m.Sequence + 1
+		}
+		if past || n < scanBackWindow {
+			return out, nil
+		}
+	}
+	return out, nil
+}
