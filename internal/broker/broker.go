@@ -431,9 +431,13 @@ func (s *Service) Wait(ctx context.Context, p Principal, id string, wait time.Du
 	return s.WaitUntil(ctx, p, id, wait, func(r *task.Record) bool { return r.State.Terminal() || r.State.Interrupted() }, onChange)
 }
 
+// firstReadTimeout bounds WaitUntil's first read once its ctx has ended.
+const firstReadTimeout = 2 * time.Second
+
 // WaitUntil is Wait with its own end condition: it returns once done holds
 // for the task (checked first on the current record), or when wait elapses
-// or ctx ends.
+// or ctx ends. An ended ctx is not an error: the task comes back as it is
+// (the first read is made even then, bounded by 2 s).
 func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait time.Duration, done func(*task.Record) bool, onChange func(*task.Record)) (*task.Record, error) {
 	if wait > MaxWait {
 		wait = MaxWait
@@ -445,7 +449,12 @@ func (s *Service) WaitUntil(ctx context.Context, p Principal, id string, wait ti
 	// first read, waking up costs no read of the record.
 	f := s.Tasks.Follow(id)
 	defer f.Stop()
-	r, rev, err := s.Tasks.Get(ctx, id)
+	// The first read outlives ctx: a wait whose ctx ended (a host that
+	// went away, an edge that is shutting down) still returns the task as
+	// it is, as it would a moment later in the loop, not a cancellation.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), firstReadTimeout)
+	r, rev, err := s.Tasks.Get(rctx, id)
+	cancel()
 	if err == nil && r.Tenant != p.Tenant {
 		r, err = nil, task.ErrNotFound
 	}

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/audit"
+	"github.com/a2ad/a2ad/internal/broker"
 	"github.com/a2ad/a2ad/internal/daemon"
 	"github.com/a2ad/a2ad/internal/embedded"
 	"github.com/a2ad/a2ad/internal/natsbind"
@@ -694,6 +696,28 @@ func TestShutdownEndsWatchesAndWaits(t *testing.T) {
 	r := <-waiting
 	if r.errText != "" || r.out == nil || r.out.State != "working" {
 		t.Errorf("waiting delegate at shutdown: %+v %q, want the working task", r.out, r.errText)
+	}
+}
+
+// A wait whose context has already ended (the edge closes it when a2ad
+// stops, possibly before the wait's first read) returns the task as it
+// is, not a cancellation: TestShutdownEndsWatchesAndWaits failed in CI
+// with "canceled" when the stop came between delegate's create and its
+// wait.
+func TestWaitWithAnEndedContextReturnsTheTask(t *testing.T) {
+	s := start(t, map[string]string{"C-42": "slow"})
+	ev, _ := json.Marshal(evidence("C-42", 100))
+	p := broker.Principal{Tenant: "default", Subject: "host-1"}
+	r, err := s.d.Service.Delegate(context.Background(), p, broker.DelegateRequest{Agent: "fraud-review", Skill: "assess_refund_risk",
+		Brief: brief.Request{Objective: "Assess this refund.", Evidence: ev, OutputSchema: "risk_assessment"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	got, err := s.d.Service.WaitUntil(ended, p, r.ID, 10*time.Second, func(r *task.Record) bool { return r.State.Terminal() }, nil)
+	if err != nil || got == nil || got.ID != r.ID || got.State.Terminal() {
+		t.Fatalf("wait with an ended context: %+v, %v; want task %s as it is, no error", got, err, r.ID)
 	}
 }
 
