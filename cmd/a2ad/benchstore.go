@@ -180,7 +180,6 @@ func fillBucket(ctx context.Context, natsURL, dir string, open, ended int) error
 	if err != nil {
 		return err
 	}
-	now := time.Now().UTC()
 	total := int64(open + ended)
 	var next atomic.Int64
 	var firstErr error
@@ -189,6 +188,10 @@ func fillBucket(ctx context.Context, natsURL, dir string, open, ended int) error
 	for range min(int64(benchTaskWriters), total) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < total && ctx.Err() == nil; i = next.Add(1) - 1 {
+				// Created as it is written, as a2ad creates tasks: the
+				// admin list relies on it (a task is created before its
+				// last write).
+				now := time.Now().UTC()
 				r := openTaskRecord(i, now)
 				if i >= int64(open) {
 					endTaskRecord(r, now)
