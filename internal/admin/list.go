@@ -9,11 +9,16 @@ import (
 	"github.com/a2ad/a2ad/task"
 )
 
-// listClockSkew is how far ahead of the NATS server's clock (a stored
-// write's time) an a2ad instance's clock (a record's CreatedAt) may run
-// without a listing missing the task: the backward scan reads this much
-// further back than the page needs.
-var listClockSkew = time.Second
+// listClockSkew is the least margin the backward scan of ended tasks
+// keeps between a write's time on the NATS server's clock and the
+// CreatedAt (an a2ad instance's clock) of the tasks it has still to read.
+// The scan widens the margin to the largest UpdatedAt − stored-time gap it
+// has seen, so a clock offset shared by every writer (the server's clock
+// behind all instances, say) is measured rather than assumed; this base
+// covers instances whose clocks differ from each other. An ended task
+// written by an instance whose clock runs more than this ahead of the
+// newer writes' instances may be left off the page it belongs on.
+var listClockSkew = 50 * time.Millisecond
 
 // listPage cuts one page of GET /v1/tasks out of the store without reading
 // the whole bucket:
@@ -22,9 +27,10 @@ var listClockSkew = time.Second
 //     in-memory index ([task.Store.OpenTasks]): the index picks the page's
 //     candidates, and only those are read;
 //   - ended tasks come from the newest writes down ([task.Store.ScanBack]),
-//     until the writes are older (less listClockSkew) than the page's
-//     oldest task — a task is created before its last write — or than
-//     newer_than allows.
+//     until the writes are older (less a margin: listClockSkew, or the
+//     largest writer-clock lead seen so far) than the page's oldest task
+//     — a task is created before its last write — or than newer_than
+//     allows.
 //
 // A page of the newest tasks reads about the tasks written since its
 // oldest was created; a page further down, or a filter that ended tasks
@@ -62,8 +68,12 @@ func listPage(ctx context.Context, store *task.Store, f taskFilter, limit int, c
 		}
 	}
 	if len(ended) > 0 {
+		margin := listClockSkew
 		err := store.ScanBack(ctx, func(r *task.Record, stored time.Time) (bool, error) {
-			floor := stored.Add(listClockSkew) // every task written at or before this was created before it
+			if lead := r.UpdatedAt.Sub(stored); lead > margin {
+				margin = lead // this writer's clock runs ahead of the server's
+			}
+			floor := stored.Add(margin) // every task written at or before this was created before it
 			if f.NewerThan > 0 && floor.Before(now.Add(-f.NewerThan)) {
 				return false, nil
 			}

@@ -27,7 +27,12 @@ func noSkew(t *testing.T) {
 // CreatedAt before its first write).
 func (a *api) createNow(id, tenant string, state task.State) *task.Record {
 	a.t.Helper()
-	now := time.Now().UTC()
+	return a.createAt(id, tenant, state, time.Now().UTC())
+}
+
+// createAt stores a record created at now by the writer's clock.
+func (a *api) createAt(id, tenant string, state task.State, now time.Time) *task.Record {
+	a.t.Helper()
 	r := &task.Record{ID: id, Tenant: tenant, AgentID: "fraud-review", State: state, CreatedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		r.EndedAt = now
@@ -44,6 +49,23 @@ func (a *api) createNow(id, tenant string, state task.State) *task.Record {
 // some stay open for the index to give.
 func TestListTasksBackwardScanIsExact(t *testing.T) {
 	noSkew(t)
+	backwardScanIsExact(t, 0)
+}
+
+// With every a2ad clock 3 s ahead of the NATS server's (far beyond the
+// base margin, here none), the scan measures the lead from the writes it
+// reads and pages stay exact: a fixed margin would stop 3 s of writes
+// too early and leave tasks off.
+func TestListTasksBackwardScanMeasuresTheWritersClock(t *testing.T) {
+	noSkew(t)
+	backwardScanIsExact(t, 3*time.Second)
+}
+
+// backwardScanIsExact walks every filter's pages over 400 tasks written
+// by a clock lead ahead of the server's and checks them against a sort.
+func backwardScanIsExact(t *testing.T, lead time.Duration) {
+	t.Helper()
+	clock := func() time.Time { return time.Now().UTC().Add(lead) }
 	a := newAPI(t)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(20, 3))
@@ -54,14 +76,15 @@ func TestListTasksBackwardScanIsExact(t *testing.T) {
 		id := fmt.Sprintf("tsk-%03d", i)
 		tenant := []string{"acme", "globex"}[rng.IntN(2)]
 		st := []task.State{task.Working, task.Completed, task.Failed}[rng.IntN(3)]
-		recs[id] = a.createNow(id, tenant, st)
+		recs[id] = a.createAt(id, tenant, st, clock())
 		order = append(order, id)
 		// Now and then a working task created earlier ends.
 		if rng.IntN(4) == 0 {
 			old := order[rng.IntN(len(order))]
 			if !recs[old].State.Terminal() {
 				r, err := a.store.Update(ctx, old, func(r *task.Record) error {
-					r.State, r.EndedAt = task.Completed, time.Now().UTC()
+					r.State, r.EndedAt = task.Completed, clock()
+					r.UpdatedAt = r.EndedAt
 					return nil
 				})
 				if err != nil {
