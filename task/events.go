@@ -325,6 +325,14 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 	n := cmp.Or(t.Workers, DefaultWorkers)
 	queues := make([]chan streamMsg, n)
 	var wg sync.WaitGroup
+	park := &parking{slots: make(chan struct{}, maxParked), wg: &wg, requeue: func(m streamMsg) bool {
+		select {
+		case queues[partition(m.Subject(), n)] <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}}
 	for i := range queues {
 		queues[i] = make(chan streamMsg, workerQueue)
 		wg.Go(func() {
@@ -338,7 +346,7 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 					if !waitWrites(ctx, writes, m.Msg) {
 						return
 					}
-					t.handle(ctx, m.st, m.Msg)
+					t.handle(ctx, m, park)
 				}
 			}
 		})
@@ -352,7 +360,7 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 				return
 			}
 			select {
-			case queues[partition(m.Subject(), n)] <- streamMsg{m, st}:
+			case queues[partition(m.Subject(), n)] <- streamMsg{Msg: m, st: st}:
 			case <-ctx.Done():
 			}
 		})
@@ -395,10 +403,83 @@ func waitWrites(ctx context.Context, writes *rate.Limiter, m jetstream.Msg) bool
 	}
 }
 
-// streamMsg is a delivered event and the stream it came from.
+// streamMsg is a delivered event and the stream it came from; follow and
+// until are set while it waits for an earlier event of its task (parking).
 type streamMsg struct {
 	jetstream.Msg
-	st jetstream.Stream
+	st     jetstream.Stream
+	follow *Follower // the task's changes, from the store's watcher
+	until  time.Time // when this delivery stops waiting
+}
+
+// maxParked bounds the events of one agent that wait, off its workers, for
+// an earlier event of their task (see parking); past it, an event waits in
+// the stream (a delayed redelivery), as every one did before parking.
+const maxParked = 256
+
+// parking holds one agent's events that arrived before an earlier event of
+// their task was applied (a gap), off the agent's workers, until the
+// store's watcher shows the task's record changed — on this instance or
+// another sharing the consumer, typically the missing event applied — and
+// then hands them back to the task's worker. The wait of one delivery is
+// at most its gap pause (gapPause), after which it is redelivered at once:
+// the agent's patience (gapPatience) counts deliveries as before, but an
+// event no longer waits out a fixed pause for a predecessor applied
+// milliseconds after it came. The slots are the agent's own, so an agent
+// sending events out of order fills its own parking only.
+type parking struct {
+	slots   chan struct{}
+	wg      *sync.WaitGroup // the consumer's: it returns once every parked event is settled
+	requeue func(streamMsg) bool
+}
+
+// park holds m until its task's record changes (then its worker applies it
+// again) or its pause has passed since it first waited (then it is
+// redelivered at once). Without a free slot, or without a follower, m
+// waits in the stream for what is left of its pause.
+func (p *parking) park(ctx context.Context, m streamMsg, pause time.Duration) {
+	if m.until.IsZero() {
+		m.until = time.Now().Add(pause)
+	}
+	left := time.Until(m.until)
+	if m.follow == nil || p == nil || left <= 0 {
+		m.stopFollowing()
+		if left > 0 {
+			_ = m.NakWithDelay(left)
+		} else {
+			_ = m.Nak() // its pause was spent waiting here
+		}
+		return
+	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		m.stopFollowing()
+		_ = m.NakWithDelay(left)
+		return
+	}
+	p.wg.Go(func() {
+		defer func() { <-p.slots }()
+		timer := time.NewTimer(left)
+		defer timer.Stop()
+		select {
+		case <-m.follow.C():
+			if p.requeue(m) {
+				return // its worker applies it again, still following
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		m.stopFollowing()
+		_ = m.Nak()
+	})
+}
+
+func (m *streamMsg) stopFollowing() {
+	if m.follow != nil {
+		m.follow.Stop()
+		m.follow = nil
+	}
 }
 
 // pull binds the stream's durable consumer and passes its events to

@@ -165,6 +165,14 @@ func TestEventOverTheRecordBudgetIsCounted(t *testing.T) {
 func runTracker(t *testing.T, agents ...string) (*Tracker, jetstream.JetStream, *nats.Conn, *sync.Map) {
 	t.Helper()
 	_, nc, js := natstest.Start(t)
+	tr, drops := runTrackerOn(t, js, nil, agents...)
+	return tr, js, nc, drops
+}
+
+// runTrackerOn runs a tracker with a store of its own (an a2ad instance)
+// on js until the test ends; configure, if not nil, adjusts it first.
+func runTrackerOn(t *testing.T, js jetstream.JetStream, configure func(*Tracker), agents ...string) (*Tracker, *sync.Map) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := NewStore(ctx, js, 1, nil)
 	if err != nil {
@@ -180,6 +188,9 @@ func runTracker(t *testing.T, agents ...string) (*Tracker, jetstream.JetStream, 
 		n, _ := drops.LoadOrStore(agentID+"/"+reason, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 	}
+	if configure != nil {
+		configure(tr)
+	}
 	if err := tr.EnsureStreams(ctx, js); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +202,7 @@ func runTracker(t *testing.T, agents ...string) (*Tracker, jetstream.JetStream, 
 			t.Error(err)
 		}
 	})
-	return tr, js, nc, &drops
+	return tr, &drops
 }
 
 func publish(t *testing.T, js jetstream.JetStream, subject, msgID, body string) {

@@ -80,6 +80,8 @@ type Tracker struct {
 	gate    lograte.Gate             // bounds the log lines about dropped and retried events
 	writes  map[string]*rate.Limiter // per agent: RecordBytesPerSecond (set by Run)
 	records recordBytes              // per agent: its open records past bigRecord
+	// pauseGap replaces gapPause (tests).
+	pauseGap func(n uint64) time.Duration
 }
 
 func (t *Tracker) now() time.Time {
@@ -132,6 +134,15 @@ func gapPause(n uint64) time.Duration {
 	return min(50*time.Millisecond<<min(n-1, 6), 2*time.Second)
 }
 
+// gapPause is the tracker's pause before the n-th redelivery of an event
+// waiting for an earlier one (pauseGap in tests).
+func (t *Tracker) gapPause(n uint64) time.Duration {
+	if t.pauseGap != nil {
+		return t.pauseGap(n)
+	}
+	return gapPause(n)
+}
+
 // retryPause is the pause before the n-th redelivery of an event that
 // could not be written (the store failing): 1 s doubling to 30 s, so its
 // maxDeliver deliveries span about 45 minutes.
@@ -154,7 +165,14 @@ func retryPause(n uint64) time.Duration {
 // stream) and counted, never redelivered for ever: one over a2ad's bounds,
 // malformed, for a task another agent owns, for a task that does not exist
 // after a second delivery, or still not applied at its last delivery.
-func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.Msg) {
+//
+// An event after a gap is parked (see parking): it is applied again as soon
+// as the store's watcher shows its task's record changed, rather than
+// after a fixed pause, so that instances sharing the consumer, each given
+// some of a task's events, do not make every event wait out a pause for
+// its predecessor.
+func (t *Tracker) handle(ctx context.Context, sm streamMsg, park *parking) {
+	st, m := sm.st, sm.Msg
 	md, mdErr := m.Metadata()
 	delivered := uint64(1)
 	if mdErr == nil {
@@ -169,6 +187,16 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	replica := natsbind.HeaderValue(m.Headers(), natsbind.HeaderReplica)
 	opts := applyOpts{sequenced: true, waitGap: delivered < gapPatience && !last, replica: replica}
 	err := t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
+	if errors.Is(err, errGap) && sm.follow == nil && park != nil && t.Store != nil {
+		// Followed before the record is read again, so that no change
+		// after that read is missed while the event waits.
+		_, taskID, _ := natsbind.ParseEventsSubject(m.Subject())
+		sm.follow = t.Store.Follow(taskID)
+		err = t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
+	}
+	if !errors.Is(err, errGap) {
+		sm.stopFollowing()
+	}
 	streamOrdered := errors.Is(err, errUnsequenced)
 	if streamOrdered {
 		if mdErr == nil && !last {
@@ -187,7 +215,7 @@ func (t *Tracker) handle(ctx context.Context, st jetstream.Stream, m jetstream.M
 	}
 	switch {
 	case errors.Is(err, errGap):
-		_ = m.NakWithDelay(gapPause(delivered))
+		park.park(ctx, sm, t.gapPause(delivered))
 		return
 	case errors.Is(err, ErrNotFound) && delivered < unknownTaskDeliveries:
 		_ = m.NakWithDelay(unknownTaskWait)
