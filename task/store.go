@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -207,37 +206,9 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 		}
 		s.mu.Unlock()
 		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
-		if !snap.Deleted {
-			var v struct {
-				Tenant         string    `json:"tenant"`
-				AgentID        string    `json:"agent_id"`
-				CreatedAt      time.Time `json:"created_at"`
-				UpdatedAt      time.Time `json:"updated_at"`
-				EndedAt        time.Time `json:"ended_at"`
-				IdempotencyKey string    `json:"idempotency_key"`
-				State          State     `json:"state"`
-				Deadline       time.Time `json:"deadline"`
-				Outbox         *struct {
-					NotBefore time.Time `json:"not_before"`
-				} `json:"outbox"`
-				Binding     string       `json:"binding"`
-				AgentTaskID string       `json:"agent_task_id"`
-				Follow      *FollowLease `json:"follow"`
-			}
-			if json.Unmarshal(e.Value(), &v) != nil {
-				s.cache.observe(e.Key(), e.Revision(), nil, true)
-				continue // not a record a2ad wrote; Get reports it
-			}
-			snap.Tenant, snap.AgentID, snap.State, snap.Deadline = v.Tenant, v.AgentID, v.State, v.Deadline
-			snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
-			snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
-			snap.Binding, snap.AgentTaskID, snap.Follow = v.Binding, v.AgentTaskID, v.Follow
-			if v.Outbox != nil {
-				snap.OutboxAt = v.Outbox.NotBefore
-				if snap.OutboxAt.IsZero() {
-					snap.OutboxAt = time.Unix(1, 0)
-				}
-			}
+		if !snap.Deleted && !summarize(e.Value(), &snap) {
+			s.cache.observe(e.Key(), e.Revision(), nil, true)
+			continue // not a record a2ad wrote; Get reports it
 		}
 		s.cache.observe(e.Key(), e.Revision(), e.Value(), snap.Deleted || snap.State.Terminal())
 		s.index(snap)
