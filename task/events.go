@@ -325,7 +325,7 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 	n := cmp.Or(t.Workers, DefaultWorkers)
 	queues := make([]chan streamMsg, n)
 	var wg sync.WaitGroup
-	park := &parking{slots: make(chan struct{}, maxParked), wg: &wg, requeue: func(m streamMsg) bool {
+	park := &parking{slots: make(chan struct{}, maxParked), lim: lim, stopped: make(chan struct{}), requeue: func(m streamMsg) bool {
 		select {
 		case queues[partition(m.Subject(), n)] <- m:
 			return true
@@ -339,11 +339,12 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 			for {
 				select {
 				case <-ctx.Done():
-					return // what is queued is redelivered after the ack wait
+					return // what is still queued is put back below
 				case m := <-queues[i]:
 					// Record writes are charged after each event: the
 					// next waits while the agent is over its rate.
 					if !waitWrites(ctx, writes, m.Msg) {
+						park.putBack(ctx, m)
 						return
 					}
 					t.handle(ctx, m, park)
@@ -351,7 +352,22 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 			}
 		})
 	}
-	defer wg.Wait()
+	// On the way out, once nothing more is pulled (this instance's pull
+	// requests withdrawn, so that what is put back goes to another
+	// instance at once, not into a request of this one's that is then
+	// dropped to wait out the ack wait): every parked event and every one
+	// still queued is put back (nak).
+	defer func() {
+		park.close()
+		wg.Wait()
+		for _, q := range queues {
+			for len(q) > 0 {
+				m := <-q
+				m.stopFollowing()
+				_ = m.Nak()
+			}
+		}
+	}()
 	for ctx.Err() == nil {
 		err := t.pull(ctx, js, stream, lim, burst, func(st jetstream.Stream, m jetstream.Msg) {
 			// Nothing more is pulled while the agent is over its rate of
@@ -409,6 +425,7 @@ type streamMsg struct {
 	jetstream.Msg
 	st     jetstream.Stream
 	follow *Follower // the task's changes, from the store's watcher
+	seq    int       // the event's sequence (its Nats-Msg-Id's)
 	until  time.Time // when this delivery stops waiting
 }
 
@@ -425,12 +442,20 @@ const maxParked = 256
 // at most its gap pause (gapPause), after which it is redelivered at once:
 // the agent's patience (gapPatience) counts deliveries as before, but an
 // event no longer waits out a fixed pause for a predecessor applied
-// milliseconds after it came. The slots are the agent's own, so an agent
-// sending events out of order fills its own parking only.
+// milliseconds after it came. The slots are the agent's own, and each
+// event handed back takes a token of the agent's event rate (lim) as a
+// delivery does, so an agent sending events out of order fills its own
+// parking only and cannot make a2ad read its records faster than it may
+// send events.
 type parking struct {
 	slots   chan struct{}
-	wg      *sync.WaitGroup // the consumer's: it returns once every parked event is settled
+	lim     *rate.Limiter // the agent's events a second
 	requeue func(streamMsg) bool
+
+	mu      sync.Mutex
+	closing bool           // the consumer is stopping: nothing more is parked
+	wg      sync.WaitGroup // the parked events' goroutines
+	stopped chan struct{}  // closed once nothing more is pulled
 }
 
 // park holds m until its task's record changes (then its worker applies it
@@ -458,21 +483,83 @@ func (p *parking) park(ctx context.Context, m streamMsg, pause time.Duration) {
 		_ = m.NakWithDelay(left)
 		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		<-p.slots
+		m.stopFollowing()
+		_ = m.Nak() // nothing more is pulled
+		return
+	}
 	p.wg.Go(func() {
 		defer func() { <-p.slots }()
-		timer := time.NewTimer(left)
-		defer timer.Stop()
+		if p.wait(m) && p.handBack(ctx, m) {
+			return // its worker applies it again, still following
+		}
+		p.putBack(ctx, m)
+	})
+}
+
+// wait waits until a change of m's task may have filled its gap: true
+// then, false once its pause is over or the consumer stops. A change that
+// leaves the gap (the record's sequence still short of m's predecessor) is
+// not looked at again.
+func (p *parking) wait(m streamMsg) bool {
+	timer := time.NewTimer(time.Until(m.until))
+	defer timer.Stop()
+	for {
 		select {
 		case <-m.follow.C():
-			if p.requeue(m) {
-				return // its worker applies it again, still following
+			if seq, ok := m.follow.eventSeq(); !ok || m.seq <= seq+1 {
+				return true
 			}
 		case <-timer.C:
-		case <-ctx.Done():
+			return false
+		case <-p.stopped:
+			return false
 		}
-		m.stopFollowing()
-		_ = m.Nak()
-	})
+	}
+}
+
+// handBack queues m for its task's worker once the agent's event rate
+// allows, if that is within m's pause; false if not, or the consumer stops.
+func (p *parking) handBack(ctx context.Context, m streamMsg) bool {
+	r := p.lim.Reserve()
+	d := r.Delay()
+	if d >= time.Until(m.until) {
+		r.Cancel()
+		return false
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return ctx.Err() == nil && p.requeue(m)
+	case <-p.stopped:
+		return false
+	}
+}
+
+// putBack ends m's wait here: it is redelivered at once, to any instance.
+// While the consumer stops (ctx ended), that waits until nothing more is
+// pulled: put back before, it could be redelivered into this instance's
+// own pull request and dropped with it, to wait out the ack wait.
+func (p *parking) putBack(ctx context.Context, m streamMsg) {
+	m.stopFollowing()
+	if ctx.Err() != nil {
+		<-p.stopped
+	}
+	_ = m.Nak()
+}
+
+// close stops parking once nothing more is pulled, and returns when every
+// parked event is put back or handed to its worker.
+func (p *parking) close() {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	close(p.stopped)
+	p.wg.Wait()
 }
 
 func (m *streamMsg) stopFollowing() {
@@ -509,16 +596,24 @@ func (t *Tracker) pull(ctx context.Context, js jetstream.JetStream, stream strin
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, it.Stop)
+	// When ctx ends the iterator is drained, not stopped: the pull request
+	// is withdrawn (unsubscribed, and confirmed by the server) before pull
+	// returns, and each event already delivered to it is put back (nak) for
+	// another instance, rather than dropped to wait out its ack wait.
+	stop := context.AfterFunc(ctx, it.Drain)
 	defer stop()
 	defer it.Stop()
 	for {
 		m, err := it.Next()
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
-		if lim.Wait(ctx) != nil {
-			return ctx.Err()
+		if ctx.Err() != nil || lim.Wait(ctx) != nil {
+			_ = m.Nak()
+			continue
 		}
 		dispatch(st, m)
 	}

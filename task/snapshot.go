@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -12,7 +13,7 @@ import (
 // summarize fills snap's members from a stored record's JSON, reading only
 // its top-level members the watcher reports (tenant, agent_id, state,
 // created_at, updated_at, ended_at, deadline, idempotency_key, outbox's
-// not_before, binding, agent_task_id, follow) in one pass that skips every
+// not_before, binding, agent_task_id, follow, event_seq) in one pass that skips every
 // other value (gjson): the watcher reads every record in the bucket at
 // start, and decoding each whole (encoding/json, which also validates the
 // value in a first pass) was most of the time it took. False for a value
@@ -91,6 +92,19 @@ func summarize(val []byte, snap *Snapshot) bool {
 				if snap.OutboxAt.IsZero() {
 					snap.OutboxAt = time.Unix(1, 0)
 				}
+			case gjson.Null:
+			default:
+				ok = false
+			}
+		case "event_seq":
+			snap.EventSeq = 0
+			switch v.Type {
+			case gjson.Number:
+				n, err := strconv.Atoi(v.Raw)
+				if err != nil {
+					ok = false
+				}
+				snap.EventSeq = n
 			case gjson.Null:
 			default:
 				ok = false

@@ -26,6 +26,7 @@ func summarizeByDecoding(val []byte, snap *Snapshot) bool {
 		Binding     string       `json:"binding"`
 		AgentTaskID string       `json:"agent_task_id"`
 		Follow      *FollowLease `json:"follow"`
+		EventSeq    int          `json:"event_seq"`
 	}
 	if json.Unmarshal(val, &v) != nil {
 		return false
@@ -34,6 +35,7 @@ func summarizeByDecoding(val []byte, snap *Snapshot) bool {
 	snap.CreatedAt, snap.Idempotent = v.CreatedAt, v.IdempotencyKey != ""
 	snap.UpdatedAt, snap.EndedAt = v.UpdatedAt, v.EndedAt
 	snap.Binding, snap.AgentTaskID, snap.Follow = v.Binding, v.AgentTaskID, v.Follow
+	snap.EventSeq = v.EventSeq
 	if v.Outbox != nil {
 		snap.OutboxAt = v.Outbox.NotBefore
 		if snap.OutboxAt.IsZero() {
@@ -47,7 +49,7 @@ func summarizeByDecoding(val []byte, snap *Snapshot) bool {
 func fuzzRecord(s string, n int64, flags uint8) *Record {
 	at := time.Unix(n%4e9, n%1e9).UTC()
 	r := &Record{ID: "t1", Tenant: s, AgentID: s + "-agent", State: State(s), CreatedAt: at, UpdatedAt: at.Add(time.Second),
-		Subject: s, BriefDigest: s, History: []Transition{{At: at, From: Submitted, To: Working, Reason: s, Source: SourceAgent}}}
+		Subject: s, BriefDigest: s, EventSeq: int(n % 1000), History: []Transition{{At: at, From: Submitted, To: Working, Reason: s, Source: SourceAgent}}}
 	if flags&1 != 0 {
 		r.State, r.EndedAt = Completed, at.Add(time.Minute)
 	}
@@ -99,7 +101,7 @@ func FuzzSummarizeRecord(f *testing.F) {
 func FuzzSummarizeAnyValue(f *testing.F) {
 	b, _ := encode(fuzzRecord("default", 1764800000, 63))
 	for _, seed := range []string{string(b), `{}`, `[]`, `null`, `{"tenant":5}`, `{"outbox":"x"}`, `{"outbox":{"not_before":"nope"}}`,
-		`{"follow":{"until":1}}`, `{"created_at":"2026-12-04T10:00:00Z","state":"working"`, `{"state":"a","state":"b"}`} {
+		`{"follow":{"until":1}}`, `{"event_seq":1.5}`, `{"event_seq":-3}`, `{"event_seq":1e3}`, `{"event_seq":99999999999999999999}`, `{"created_at":"2026-12-04T10:00:00Z","state":"working"`, `{"state":"a","state":"b"}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, val []byte) {
@@ -129,10 +131,10 @@ func caseFolded(val []byte) bool {
 	}
 	for k := range m {
 		switch k {
-		case "tenant", "agent_id", "state", "created_at", "updated_at", "ended_at", "deadline", "idempotency_key", "outbox", "binding", "agent_task_id", "follow":
+		case "tenant", "agent_id", "state", "created_at", "updated_at", "ended_at", "deadline", "idempotency_key", "outbox", "binding", "agent_task_id", "follow", "event_seq":
 			continue
 		}
-		for _, name := range []string{"tenant", "agent_id", "state", "created_at", "updated_at", "ended_at", "deadline", "idempotency_key", "outbox", "binding", "agent_task_id", "follow"} {
+		for _, name := range []string{"tenant", "agent_id", "state", "created_at", "updated_at", "ended_at", "deadline", "idempotency_key", "outbox", "binding", "agent_task_id", "follow", "event_seq"} {
 			if equalFoldKey(k, name) {
 				return true
 			}

@@ -134,6 +134,8 @@ type Snapshot struct {
 	Binding     string
 	AgentTaskID string
 	Follow      *FollowLease
+	// EventSeq is the highest event sequence applied (Record.EventSeq).
+	EventSeq int
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -199,14 +201,19 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			continue
 		}
+		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
+		record := snap.Deleted || summarize(e.Value(), &snap)
 		// Waiters first, with the value itself: they need not read it again.
+		seq := -1
+		if record && !snap.Deleted {
+			seq = snap.EventSeq
+		}
 		s.mu.Lock()
 		for f := range s.waiters[e.Key()] {
-			f.deliver(e)
+			f.deliver(e, seq)
 		}
 		s.mu.Unlock()
-		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
-		if !snap.Deleted && !summarize(e.Value(), &snap) {
+		if !record {
 			s.cache.observe(e.Key(), e.Revision(), nil, true)
 			continue // not a record a2ad wrote; Get reports it
 		}
@@ -227,17 +234,28 @@ type Follower struct {
 	rev  uint64 // of val; 0 before the first change
 	val  []byte
 	gone bool // the newest change deleted the record
+	seq  int  // the newest value's EventSeq; -1 when deleted or not a record
 	stop func()
+}
+
+// eventSeq is the highest event sequence the newest value delivered has
+// applied (Record.EventSeq); false before any change, or when the record
+// was deleted or the value is not a record.
+func (f *Follower) eventSeq() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seq, f.rev > 0 && f.seq >= 0
 }
 
 // C receives a signal after each change (at most one pending).
 func (f *Follower) C() <-chan struct{} { return f.c }
 
-// deliver records the watcher's entry e and signals.
-func (f *Follower) deliver(e jetstream.KeyValueEntry) {
+// deliver records the watcher's entry e, with the record's event sequence
+// (-1 when deleted or not a record), and signals.
+func (f *Follower) deliver(e jetstream.KeyValueEntry, seq int) {
 	f.mu.Lock()
 	if e.Revision() > f.rev {
-		f.rev, f.val, f.gone = e.Revision(), e.Value(), e.Operation() != jetstream.KeyValuePut
+		f.rev, f.val, f.gone, f.seq = e.Revision(), e.Value(), e.Operation() != jetstream.KeyValuePut, seq
 	}
 	f.mu.Unlock()
 	select {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2ad/a2ad/artifact"
@@ -82,6 +83,7 @@ type Tracker struct {
 	records recordBytes              // per agent: its open records past bigRecord
 	// pauseGap replaces gapPause (tests).
 	pauseGap func(n uint64) time.Duration
+	handled  atomic.Int64 // deliveries handled, parked ones each time they come back (tests)
 }
 
 func (t *Tracker) now() time.Time {
@@ -172,6 +174,7 @@ func retryPause(n uint64) time.Duration {
 // some of a task's events, do not make every event wait out a pause for
 // its predecessor.
 func (t *Tracker) handle(ctx context.Context, sm streamMsg, park *parking) {
+	t.handled.Add(1)
 	st, m := sm.st, sm.Msg
 	md, mdErr := m.Metadata()
 	delivered := uint64(1)
@@ -192,6 +195,7 @@ func (t *Tracker) handle(ctx context.Context, sm streamMsg, park *parking) {
 		// after that read is missed while the event waits.
 		_, taskID, _ := natsbind.ParseEventsSubject(m.Subject())
 		sm.follow = t.Store.Follow(taskID)
+		_, sm.seq, _ = eventSeq(msgID)
 		err = t.apply(context.WithoutCancel(ctx), m.Subject(), msgID, m.Data(), opts)
 	}
 	if !errors.Is(err, errGap) {
