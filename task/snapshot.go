@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unique"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -42,6 +43,18 @@ func summarize(val []byte, snap *Snapshot) bool {
 		}
 		return ""
 	}
+	// Tenants and agent ids repeat across records: interned, they cost no
+	// allocation after the first.
+	interned := func(v gjson.Result) string {
+		switch v.Type {
+		case gjson.String:
+			return unique.Make(v.Str).Value()
+		case gjson.Null:
+		default:
+			ok = false
+		}
+		return ""
+	}
 	at := func(v gjson.Result) time.Time {
 		var t time.Time
 		switch v.Type {
@@ -58,11 +71,14 @@ func summarize(val []byte, snap *Snapshot) bool {
 	root.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "tenant":
-			snap.Tenant = str(v)
+			snap.Tenant = interned(v)
 		case "agent_id":
-			snap.AgentID = str(v)
+			snap.AgentID = interned(v)
 		case "state":
-			snap.State = State(str(v))
+			snap.State = knownState(v.Str)
+			if snap.State == "" {
+				snap.State = State(str(v))
+			}
 		case "created_at":
 			snap.CreatedAt = at(v)
 		case "updated_at":
@@ -122,4 +138,15 @@ func summarize(val []byte, snap *Snapshot) bool {
 		return ok
 	})
 	return ok
+}
+
+// knownState is the lifecycle state spelt s, without allocating; "" if s
+// is none.
+func knownState(s string) State {
+	for _, st := range [...]State{Submitted, Working, InputRequired, AuthRequired, Completed, Failed, Canceled, Rejected} {
+		if string(st) == s {
+			return st
+		}
+	}
+	return ""
 }
