@@ -97,7 +97,7 @@ func newBench() *cobra.Command {
 			"process (`a2ad serve` of this binary) and the agents and the trivial MCP server as a second one, and the report adds " +
 			"each one's CPU, heap bytes and allocations per operation and the whole machine's CPU; --cpuprofile and " +
 			"--flood-cpuprofile are then a2ad's profiles alone (Linux only). With the defaults a run takes about " +
-			"two minutes; progress goes to stderr.",
+			"six minutes, one of them filling the store with --ended-tasks (0 skips it); progress goes to stderr.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Duration <= 0 {
