@@ -8,6 +8,8 @@ import (
 
 	"github.com/a2ad/a2ad/brief"
 	"github.com/a2ad/a2ad/internal/broker"
+	"github.com/a2ad/a2ad/internal/daemon"
+	"github.com/a2ad/a2ad/mcpedge"
 )
 
 // BenchmarkDelegateToCompletion measures one whole delegation through the
@@ -59,8 +61,15 @@ func benchDelegateToCompletion(b *testing.B, atOnce bool) {
 // BenchmarkDelegateOverMCPHTTP is the same delegation as a host makes it:
 // a tools/call delegate through the go-sdk client and Streamable HTTP, to
 // an agent that answers in one event.
+//
+// The host's rate limits are raised out of the way: the defaults (50
+// delegations a second per principal) would refuse the loop with 429.
 func BenchmarkDelegateOverMCPHTTP(b *testing.B) {
-	s := start(b, nil)
+	s := startConfigured(b, nil, func(cfg *daemon.Config) {
+		unlimited := mcpedge.Rate{PerSecond: 1e6, Burst: 1e6}
+		cfg.RateLimits = mcpedge.RateLimits{PerPrincipal: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited},
+			PerTenant: mcpedge.RateClasses{Reads: unlimited, Writes: unlimited}}
+	})
 	s.agent.SetReportAtOnce(true)
 	benchDelegate(b, func(ctx context.Context, req broker.DelegateRequest) string {
 		var ev map[string]any

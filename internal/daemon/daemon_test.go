@@ -51,7 +51,14 @@ type stack struct {
 // --nats-url), the reference agent, and a go-sdk MCP client over HTTP.
 func start(t testing.TB, misbehave map[string]string) *stack {
 	t.Helper()
-	s := startWithAuth(t, misbehave, mcpedge.AuthConfig{})
+	return startConfigured(t, misbehave, nil)
+}
+
+// startConfigured is start with configure (if not nil) applied to the
+// daemon's configuration first.
+func startConfigured(t testing.TB, misbehave map[string]string, configure func(*daemon.Config)) *stack {
+	t.Helper()
+	s := startWith(t, misbehave, mcpedge.AuthConfig{}, configure)
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-host", Version: "1"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			s.mu.Lock()
@@ -75,6 +82,11 @@ func start(t testing.TB, misbehave map[string]string) *stack {
 // an MCP session.
 func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthConfig) *stack {
 	t.Helper()
+	return startWith(t, misbehave, auth, nil)
+}
+
+func startWith(t testing.TB, misbehave map[string]string, auth mcpedge.AuthConfig, configure func(*daemon.Config)) *stack {
+	t.Helper()
 	ns, _, _ := natstest.Start(t)
 	var logTo io.Writer = io.Discard
 	if os.Getenv("A2AD_TEST_LOG") != "" { // debugging aid: daemon and agent logs on stderr
@@ -83,7 +95,7 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	dataDir := t.TempDir()
-	d, err := daemon.Start(ctx, daemon.Config{
+	cfg := daemon.Config{
 		NATSURL: ns.ClientURL(), HTTPAddr: "127.0.0.1:0", DataDir: dataDir, Auth: auth,
 		Agents: []daemon.AgentConfig{{
 			AgentConfig:     agentcard.AgentConfig{ID: "fraud-review", Tenants: []string{"default", "acme"}, TrustOnFirstUse: true},
@@ -91,7 +103,11 @@ func startWithAuth(t testing.TB, misbehave map[string]string, auth mcpedge.AuthC
 			EvidenceKeys: map[string][]string{"assess_refund_risk": {"case_id", "amount_cents", "currency",
 				"manual_review_above_cents", "customer_tenure_days", "prior_refunds_90d", "order_id"}},
 		}},
-	}, log, true)
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	d, err := daemon.Start(ctx, cfg, log, true)
 	if err != nil {
 		t.Fatal(err)
 	}
