@@ -510,7 +510,7 @@ func (p *parking) wait(m streamMsg) bool {
 	for {
 		select {
 		case <-m.follow.C():
-			if seq, ok := m.follow.eventSeq(); !ok || m.seq <= seq+1 {
+			if seq, ok := m.follow.eventSeq(); !ok || m.seq-1 <= seq { // not seq+1: it may be MaxInt
 				return true
 			}
 		case <-timer.C:

@@ -59,7 +59,9 @@ func summarize(val []byte, snap *Snapshot) bool {
 		var t time.Time
 		switch v.Type {
 		case gjson.String:
-			if err := t.UnmarshalText([]byte(v.Str)); err != nil {
+			// The JSON text itself, quotes included, as encoding/json
+			// hands it to time.Time: an escaped character is refused.
+			if err := t.UnmarshalJSON([]byte(v.Raw)); err != nil {
 				ok = false
 			}
 		case gjson.Null:
