@@ -192,8 +192,31 @@ func (s *Store) Loaded() <-chan struct{} { return s.loaded }
 func (s *Store) Open() int { return int(s.open.Load()) }
 
 func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
+	// Two stages, so that reading the records (summarize) and reporting
+	// them overlap on two cores: at start the watcher reads every record in
+	// the bucket, and each stage is about half of that. Order is kept: one
+	// goroutine each, a channel between.
+	type change struct {
+		e      jetstream.KeyValueEntry // nil: every stored record was delivered
+		snap   Snapshot
+		record bool // a record a2ad wrote, or a deletion
+	}
+	changes := make(chan change, 256)
+	go func() {
+		defer close(changes)
+		for e := range w.Updates() {
+			if e == nil {
+				changes <- change{}
+				continue
+			}
+			c := change{e: e, snap: Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}}
+			c.record = c.snap.Deleted || summarize(e.Value(), &c.snap)
+			changes <- c
+		}
+	}()
 	loaded := false
-	for e := range w.Updates() {
+	for c := range changes {
+		e, snap := c.e, c.snap
 		if e == nil {
 			if !loaded {
 				loaded = true
@@ -201,11 +224,9 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			}
 			continue
 		}
-		snap := Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}
-		record := snap.Deleted || summarize(e.Value(), &snap)
 		// Waiters first, with the value itself: they need not read it again.
 		seq := -1
-		if record && !snap.Deleted {
+		if c.record && !snap.Deleted {
 			seq = snap.EventSeq
 		}
 		s.mu.Lock()
@@ -213,7 +234,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			f.deliver(e, seq)
 		}
 		s.mu.Unlock()
-		if !record {
+		if !c.record {
 			s.cache.observe(e.Key(), e.Revision(), nil, true)
 			continue // not a record a2ad wrote; Get reports it
 		}
