@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -111,11 +110,10 @@ func TestOutOfOrderFloodParksOnlyWithinItsAgent(t *testing.T) {
 }
 
 // Each parked event handed back takes a token of its agent's event rate,
-// as a delivery does. An agent parks 200 events that all claim the same
-// sequence (2, spelt 2, 02, 002…: distinct ids, so the stream keeps each);
-// the change that fills their gap wakes them all, and a2ad applies them
-// again (two record reads each) no faster than the agent may send events.
-// Only one is applied; the rest are duplicates.
+// as a delivery does: an agent that parks an event on each of 200 tasks
+// and then sends what fills their gaps cannot make a2ad apply events
+// (two record reads each) faster than it may send them — the parked ones
+// handed back count against the same rate as the ones it sends.
 func TestParkedEventsComeBackAtTheAgentsRate(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	const perSecond, burst = 100, 10
@@ -123,24 +121,32 @@ func TestParkedEventsComeBackAtTheAgentsRate(t *testing.T) {
 		noPatience(tr)
 		tr.Agents["mallory"] = EventLimits{PerSecond: perSecond, Burst: burst}
 	}, "mallory")
+	const tasks = 200
 	now := time.Now().UTC()
-	if err := tr.Store.Create(t.Context(), &Record{ID: "m1", Tenant: "default", AgentID: "mallory", State: Submitted,
-		OutputSchema: "risk_assessment", CreatedAt: now, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
+	for i := range tasks {
+		if err := tr.Store.Create(t.Context(), &Record{ID: fmt.Sprint("m", i), Tenant: "default", AgentID: "mallory", State: Submitted,
+			OutputSchema: "risk_assessment", CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	const parked = 200
-	for i := range parked {
-		publish(t, js, "a2a.events.mallory.m1", "m1."+strings.Repeat("0", i)+"2", working)
+	for i := range tasks {
+		publish(t, js, fmt.Sprint("a2a.events.mallory.m", i), fmt.Sprintf("m%d.2", i), working)
 	}
 	followers := func() int {
 		tr.Store.mu.Lock()
 		defer tr.Store.mu.Unlock()
-		return len(tr.Store.waiters["m1"])
+		n := 0
+		for _, w := range tr.Store.waiters {
+			n += len(w)
+		}
+		return n
 	}
-	waitUntil(t, "every gapped event parked", func() bool { return followers() == parked })
+	waitUntil(t, "every gapped event parked", func() bool { return followers() == tasks })
 	start, before := time.Now(), tr.handled.Load()
-	publish(t, js, "a2a.events.mallory.m1", "m1.1", working)
-	deadline := time.Now().Add(3 * parked / perSecond * time.Second)
+	for i := range tasks {
+		publish(t, js, fmt.Sprint("a2a.events.mallory.m", i), fmt.Sprintf("m%d.1", i), working)
+	}
+	deadline := time.Now().Add(3 * 2 * tasks / perSecond * time.Second)
 	for followers() > 0 || natstest.Messages(t, js, EventsStream("mallory")) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d parked events and %d in the stream after %s", followers(), natstest.Messages(t, js, EventsStream("mallory")), time.Since(start))
@@ -151,11 +157,13 @@ func TestParkedEventsComeBackAtTheAgentsRate(t *testing.T) {
 	if most := int64(perSecond*elapsed.Seconds()) + burst; handled > most {
 		t.Errorf("%d deliveries handled in %s, more than the agent's %d events a second allow (%d)", handled, elapsed.Round(time.Millisecond), perSecond, most)
 	}
-	if handled < parked+1 {
-		t.Errorf("%d deliveries handled, want every parked event again and m1.1: %d", handled, parked+1)
+	if handled < 2*tasks {
+		t.Errorf("%d deliveries handled, want every parked event again and every gap filler: %d", handled, 2*tasks)
 	}
-	if r := get(t, tr, "m1"); r.State != Working || r.EventSeq != 2 {
-		t.Errorf("m1: %s seq %d, want working at seq 2", r.State, r.EventSeq)
+	for i := range tasks {
+		if r := get(t, tr, fmt.Sprint("m", i)); r.State != Working || r.EventSeq != 2 {
+			t.Fatalf("m%d: %s seq %d, want working at seq 2", i, r.State, r.EventSeq)
+		}
 	}
 }
 
@@ -229,5 +237,18 @@ func TestStoppingInstancePutsParkedEventsBackForOthers(t *testing.T) {
 		id := fmt.Sprint("t", round)
 		publish(t, js, "a2a.events."+agent+"."+id, id+".1", working)
 		waitUntil(t, "every event applied by the other instance", func() bool { return get(t, other, id).EventSeq == parked+1 })
+	}
+}
+
+// One number, one id: a sequence is decimal digits without a sign or a
+// leading zero; any other spelling is no sequence (the event is ordered
+// by the stream instead).
+func TestEventSequenceIsCanonical(t *testing.T) {
+	for id, want := range map[string]int{"t1.1": 1, "t1.2": 2, "t1.10": 10, "a.b.3": 3,
+		"t1.02": 0, "t1.+2": 0, "t1.-2": 0, "t1.0": 0, "t1.": 0, "t1. 2": 0, "t1.2x": 0, ".2": 0, "t1.99999999999999999999": 0} {
+		_, n, ok := eventSeq(id)
+		if n != want || ok != (want > 0) {
+			t.Errorf("eventSeq(%q) = %d, %v; want %d, %v", id, n, ok, want, want > 0)
+		}
 	}
 }

@@ -299,14 +299,22 @@ type applyOpts struct {
 	replica string
 }
 
-// eventSeq parses a binding event id "<taskId>.<seq>", seq ≥ 1.
+// eventSeq parses a binding event id "<taskId>.<seq>", seq ≥ 1 in decimal
+// as the binding writes it: digits only, no sign, no leading zero. Any
+// other spelling ("t.02", "t.+2") is not a sequence, so that one number
+// has one id: an agent cannot make its own next event a duplicate of a
+// differently spelt one, nor park many copies of one number.
 func eventSeq(msgID string) (prefix string, n int, ok bool) {
 	i := strings.LastIndexByte(msgID, '.')
 	if i <= 0 {
 		return "", 0, false
 	}
-	n, err := strconv.Atoi(msgID[i+1:])
-	if err != nil || n < 1 {
+	digits := msgID[i+1:]
+	if digits == "" || digits[0] < '1' || digits[0] > '9' || strings.Trim(digits, "0123456789") != "" {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil {
 		return "", 0, false
 	}
 	return msgID[:i], n, true
