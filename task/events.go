@@ -378,6 +378,7 @@ func (t *Tracker) consume(ctx context.Context, js jetstream.JetStream, stream st
 			select {
 			case queues[partition(m.Subject(), n)] <- streamMsg{Msg: m, st: st}:
 			case <-ctx.Done():
+				_ = m.Nak() // the drain puts it back again, should it come to this instance's pull
 			}
 		})
 		if ctx.Err() != nil {
@@ -596,25 +597,47 @@ func (t *Tracker) pull(ctx context.Context, js jetstream.JetStream, stream strin
 	if err != nil {
 		return err
 	}
-	// When ctx ends the iterator is drained, not stopped: the pull request
-	// is withdrawn (unsubscribed, and confirmed by the server) before pull
-	// returns, and each event already delivered to it is put back (nak) for
-	// another instance, rather than dropped to wait out its ack wait.
-	stop := context.AfterFunc(ctx, it.Drain)
-	defer stop()
 	defer it.Stop()
 	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if ctx.Err() != nil {
+			if m != nil {
+				_ = m.Nak()
 			}
+			drainPull(it)
+			return ctx.Err()
+		}
+		if err != nil {
 			return err
 		}
-		if ctx.Err() != nil || lim.Wait(ctx) != nil {
+		if lim.Wait(ctx) != nil {
 			_ = m.Nak()
-			continue
+			drainPull(it)
+			return ctx.Err()
 		}
 		dispatch(st, m)
+	}
+}
+
+// drainFor bounds how long a stopping consumer waits for its pull request
+// to be withdrawn (drainPull): with NATS unreachable, the drain's flush
+// would wait 10 s.
+const drainFor = 2 * time.Second
+
+// drainPull withdraws its pull request — drained, not stopped: the
+// unsubscription is confirmed by the server — and puts back (nak) every
+// event already delivered to it, so that another instance gets them at
+// once rather than after their ack wait; for at most drainFor, after which
+// what is left waits out its ack wait, as it would after a stop.
+func drainPull(it jetstream.MessagesContext) {
+	it.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), drainFor)
+	defer cancel()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return
+		}
+		_ = m.Nak()
 	}
 }

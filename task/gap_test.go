@@ -252,3 +252,35 @@ func TestEventSequenceIsCanonical(t *testing.T) {
 		}
 	}
 }
+
+// A tracker stopping while NATS is unreachable returns within about
+// drainFor: withdrawing its pull requests is not waited for longer (the
+// drain's flush alone would wait 10 s).
+func TestStopWithNATSUnreachableIsBounded(t *testing.T) {
+	ns, _, js := natstest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	s, err := NewStore(ctx, js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := trackerOn(t, s)
+	tr.Agents = map[string]EventLimits{"fraud-review": {}, "mallory": {}}
+	if err := tr.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx, js) }()
+	create(t, tr, "t1")
+	publish(t, js, "a2a.events.fraud-review.t1", "t1.1", working)
+	waitUntil(t, "t1 working", func() bool { return get(t, tr, "t1").State == Working })
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(3 * drainFor):
+		t.Fatalf("Run still running %s after it was stopped with NATS down", 3*drainFor)
+	}
+	t.Logf("Run returned %s after it was stopped", time.Since(start).Round(time.Millisecond))
+}
