@@ -202,7 +202,7 @@ func nearlyEqual(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math
 // server) as child processes. Every figure gets each process's usage and
 // the machine's; the busy process of each round trip has CPU and
 // allocations to show, a2ad's CPU is a part of the machine's, and the CPU
-// profile is a2ad's alone: its broker, none of the hosts' MCP client. No
+// profile is a2ad's alone: its own code, none of the hosts' MCP client. No
 // child is left once the bench has exited.
 func TestBenchProcesses(t *testing.T) {
 	if runtime.GOOS != "linux" {
@@ -279,8 +279,15 @@ func TestBenchProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go tool pprof: %v\n%s", err, top)
 	}
-	if !strings.Contains(string(top), "github.com/a2ad/a2ad/internal/broker.") {
-		t.Errorf("a2ad's profile has no function of internal/broker:\n%s", top)
+	// a2ad's own work: a 300 ms window of the race-instrumented binary
+	// holds a few dozen samples, too few to be sure of the broker alone
+	// (about a tenth of them; CI once found none), enough for a2ad's code.
+	own := false
+	for _, pkg := range []string{"internal/broker.", "task.", "mcpedge.", "internal/daemon.", "internal/audit."} {
+		own = own || strings.Contains(string(top), "github.com/a2ad/a2ad/"+pkg)
+	}
+	if !own {
+		t.Errorf("a2ad's profile has no function of a2ad's broker, task store, MCP edge, daemon or audit:\n%s", top)
 	}
 	for _, host := range []string{"mcp.(*ClientSession)", "main.delegateTo", "main.measure"} {
 		if strings.Contains(string(top), host) {
