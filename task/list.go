@@ -26,7 +26,7 @@ type OpenTask struct {
 }
 
 // index keeps the open-task index and count current with one snapshot.
-func (s *Store) index(sn Snapshot) {
+func (s *Store) index(sn Snapshot, loaded bool) {
 	open := !sn.Deleted && !sn.State.Terminal()
 	s.idxMu.Lock()
 	defer s.idxMu.Unlock()
@@ -44,7 +44,29 @@ func (s *Store) index(sn Snapshot) {
 	case had:
 		delete(s.openIdx, sn.ID)
 		s.open.Add(-1)
+		if !sn.Deleted {
+			s.ended.Add(1) // it ended
+		}
+	case sn.Deleted:
+		// A record that was not open went: at start, a marker the loading
+		// watcher reports (nothing was counted); after, a removal.
+		if loaded {
+			s.ended.Add(-1)
+		}
+	case !loaded || endedAt(sn).Equal(sn.CreatedAt):
+		// Loaded ended, or created ended. Any other ended record that was
+		// not open is a write after its end, counted when it ended.
+		s.ended.Add(1)
 	}
+}
+
+// endedAt is when a record ended: EndedAt, or its last write in records of
+// versions that did not keep EndedAt.
+func endedAt(sn Snapshot) time.Time {
+	if sn.EndedAt.IsZero() {
+		return sn.UpdatedAt
+	}
+	return sn.EndedAt
 }
 
 // OpenTasks yields every open task the store's watcher has seen, in no
@@ -169,6 +191,48 @@ func (s *Store) readRange(ctx context.Context, lo, hi uint64) ([]*jetstream.RawS
 		if past || n < scanBackWindow {
 			return out, nil
 		}
+	}
+	return out, nil
+}
+
+// storedValue is one value of the bucket's stream, as [Store.readFrom]
+// reads it.
+type storedValue struct {
+	Seq  uint64 // its stream sequence: the KV revision
+	ID   string // its key
+	Snap Snapshot
+	// Record is whether it is a record a2ad wrote (false for deletion and
+	// purge markers, and any other value).
+	Record bool
+}
+
+// readFrom reads up to n stored values of the bucket with sequences from
+// seq on, in stream order (one JetStream batched direct get), each
+// summarized as the watcher does. A short or empty result is the end of
+// the stream. Errors wrap the NATS error or the end of ctx.
+func (s *Store) readFrom(ctx context.Context, seq uint64, n int) ([]storedValue, error) {
+	msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, n, jetstreamext.GetBatchSeq(max(seq, 1)))
+	if errors.Is(err, jetstreamext.ErrNoMessages) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task: read from %d: %w", seq, err)
+	}
+	prefix := "$KV." + Bucket + "."
+	var out []storedValue
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task: read from %d: %w", seq, err)
+		}
+		v := storedValue{Seq: m.Sequence, ID: strings.TrimPrefix(m.Subject, prefix)}
+		if m.Header.Get("KV-Operation") == "" && m.Header.Get("Nats-Marker-Reason") == "" && len(m.Data) > 0 {
+			v.Record = summarize(m.Data, &v.Snap)
+		}
+		v.Snap.ID, v.Snap.Revision = v.ID, v.Seq
+		out = append(out, v)
 	}
 	return out, nil
 }

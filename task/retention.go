@@ -102,16 +102,27 @@ func wrongLastRevision(err error) bool {
 // from the bucket once Keep has passed since they ended and their outbox
 // is empty; open tasks, however old, are never removed.
 //
-// Every instance runs one. It keeps an index of the ended tasks its
-// store's watcher reports ([Retention.Track], fed every record at load and
-// each change after), ordered by when they ended, and removes the due ones
-// one at a time, paced, with [Store.Expire] (a task with an idempotency key
-// leaves a tombstone for another Keep): the bucket is never scanned, and a
-// task that changed since the watcher reported it is left for its newer
-// value. Each instance waits a random extra delay of up to a tenth of Keep
-// (at most a minute), so that one instance usually removes a task before
-// the others reach it; when instances do meet, compare-and-swap lets
-// exactly one remove it.
+// Every instance runs one, and it keeps nothing per ended task. It walks
+// the bucket's stream forward, in stream order (batched direct gets of
+// removalBatch values), removing each ended record it reaches whose time
+// has come with [Store.Expire] at the revision it read, paced; it stops at
+// the first ended record whose time has not come and waits for it. Stream
+// order is write order, and the write that ends a task stamps its EndedAt,
+// so ended records come due in about the order the walk meets them; what
+// the walk passes and cannot remove (an open task, an outbox waiting for
+// delivery) becomes removable only by a new write, which lands ahead of
+// the walk. A task written again long after it ended (an agent's late
+// event, refused yet recorded) comes due before its place in the stream:
+// those the store's watcher reports ([Retention.Track]) in a small index
+// of their own, of at most MaxLate tasks, removed on time; past that
+// bound, the walk removes them when it reaches their last write, later by
+// as long as they had ended before it.
+//
+// Each instance waits a random extra delay of up to a tenth of Keep (at
+// most a minute), so that one instance usually removes a task before the
+// others reach it; when instances do meet, compare-and-swap lets exactly
+// one remove it. A restarted instance walks from the stream's start again,
+// once its store has loaded.
 type Retention struct {
 	// Store is the bucket to remove from.
 	Store *Store
@@ -122,24 +133,43 @@ type Retention struct {
 	// PerSecond bounds this instance's removals per second (0:
 	// DefaultRemovalsPerSecond).
 	PerSecond float64
+	// MaxLate bounds the index of tasks written again after they ended
+	// (0: DefaultMaxLate).
+	MaxLate int
 	// OnRemoved, if set, is called after each task this instance removed.
 	OnRemoved func()
 	// Log reports failed removals (rate-limited to one line a minute).
 	Log *slog.Logger
 
 	mu      sync.Mutex
-	byID    map[string]*endedTask
+	byID    map[string]*endedTask // the late index
 	due     endedHeap
 	wake    chan struct{}
 	removed atomic.Uint64
-	changed atomic.Uint64 // removals refused: the task changed or was removed since indexed
+	changed atomic.Uint64 // removals refused: the task changed or was removed since read
+	skipped atomic.Uint64 // late-written tasks left to the walk: the late index was full
+	behind  atomic.Int64  // when the oldest removal the walk knows is due came due, Unix ns; 0: none
+	atEnd   atomic.Bool   // the walk has read the whole stream and waits for a new ended record
 	offset  time.Duration // this instance's extra delay, drawn once
 	once    sync.Once
+
+	beforeExpire func(id string, rev uint64) // tests: called before each removal
 }
 
-// endedTask is one indexed ended task: about 125 bytes with its map entry,
-// heap slot and a 28-byte id (BenchmarkRetentionIndex; docs/operations.md
-// "Retention").
+// DefaultMaxLate bounds the late index when Retention.MaxLate is 0: about
+// 125 bytes each, half a megabyte in all.
+const DefaultMaxLate = 4096
+
+// lateAfter is how long after its end a write of an ended task makes it
+// late: the walk meets a task written that much after its end that much
+// later than its time.
+const lateAfter = time.Minute
+
+// removalBatch is how many stored values one read of the walk takes.
+const removalBatch = 256
+
+// endedTask is one task of the late index: about 125 bytes with its map
+// entry, heap slot and a 28-byte id (BenchmarkRetentionTrack).
 type endedTask struct {
 	id   string
 	at   int64 // when it ended, Unix nanoseconds
@@ -181,103 +211,138 @@ func (r *Retention) keep() time.Duration {
 	return r.Keep
 }
 
-// Track is the store's change callback ([NewStore]): it indexes ended
-// records with an empty outbox and forgets deleted ones, any that is open
-// and any whose outbox waits for delivery. It may be called
-// before Run, and from one goroutine at a time (the store's watcher).
-func (r *Retention) Track(sn Snapshot) {
-	r.init()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.byID[sn.ID]
+func (r *Retention) maxLate() int {
+	if r.MaxLate <= 0 {
+		return DefaultMaxLate
+	}
+	return r.MaxLate
+}
+
+// removable reports whether sn is a record retention may remove once its
+// time comes (ended, its outbox empty), and when it ended.
+func removable(sn Snapshot) (time.Time, bool) {
 	// An ended task whose outbox is not empty (a CancelTask the agent has
 	// yet to receive; bounded by broker.MaxCancelAttempts) waits for it.
 	if sn.Deleted || !sn.State.Terminal() || !sn.OutboxAt.IsZero() {
-		if ok {
-			heap.Remove(&r.due, int(e.i))
-			delete(r.byID, sn.ID)
-		}
-		return
+		return time.Time{}, false
 	}
 	// From the end, not the last write: an agent's late events (refused,
 	// yet written) must not keep its ended tasks for ever.
-	at := sn.EndedAt
-	if at.IsZero() { // a record of an earlier version
-		at = sn.UpdatedAt
-	}
-	if !ok {
-		// A copy: the watcher's key is a slice of the message's subject.
-		e = &endedTask{id: strings.Clone(sn.ID)}
-		r.byID[e.id] = e
-		e.at, e.rev, e.idem = at.UnixNano(), sn.Revision, sn.Idempotent
-		heap.Push(&r.due, e)
-	} else {
+	return endedAt(sn), true
+}
+
+// Track is the store's change callback ([NewStore]): it keeps in the late
+// index the ended records with an empty outbox written more than a minute
+// after they ended, at most MaxLate of them, and forgets any other value
+// of a task it holds. It may be called before Run, and from one goroutine
+// at a time (the store's watcher).
+func (r *Retention) Track(sn Snapshot) {
+	r.init()
+	at, ok := removable(sn)
+	late := ok && sn.UpdatedAt.Sub(at) > lateAfter
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, had := r.byID[sn.ID]
+	switch {
+	case !late && had:
+		heap.Remove(&r.due, int(e.i))
+		delete(r.byID, sn.ID)
+		return
+	case !late:
+		if ok && r.atEnd.Load() {
+			r.signal() // the walk waits at the stream's end: a record to reach
+		}
+		return
+	case had:
 		e.at, e.rev, e.idem = at.UnixNano(), sn.Revision, sn.Idempotent
 		heap.Fix(&r.due, int(e.i))
+	case len(r.byID) >= r.maxLate():
+		r.skipped.Add(1)
+		return
+	default:
+		// A copy: the watcher's key is a slice of the message's subject.
+		e = &endedTask{id: strings.Clone(sn.ID), at: at.UnixNano(), rev: sn.Revision, idem: sn.Idempotent}
+		r.byID[e.id] = e
+		heap.Push(&r.due, e)
 	}
 	if e.i == 0 {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
+		r.signal()
 	}
 }
 
-// Ended is the number of ended tasks indexed: kept in the bucket, as this
-// instance's watcher sees it.
-func (r *Retention) Ended() int {
+func (r *Retention) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Late is the number of tasks in the late index.
+func (r *Retention) Late() int {
 	r.init()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.byID)
 }
 
-// Due is the number of indexed ended tasks whose retention, and this
-// instance's extra delay, have passed and that no instance has removed
-// yet, as of now: the backlog of removals (the instance with the shortest
-// delay removes tasks before the others reach them).
-func (r *Retention) Due(now time.Time) int {
+// Lag is how long the oldest removal this instance knows to be due has
+// waited past its time (Keep after the task ended, plus this instance's
+// extra delay) as of now; 0 when none is due. It grows while removal does
+// not keep up with the tasks ending (retention.removals_per_second), or
+// while removals fail.
+func (r *Retention) Lag(now time.Time) time.Duration {
 	r.init()
 	if r.keep() < 0 {
 		return 0
 	}
-	cut := now.Add(-r.keep() - r.offset).UnixNano()
+	oldest := r.behind.Load()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	// The heap's due part is a subtree at its root: walk only that.
-	stack := []int{0}
-	for len(stack) > 0 {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if i >= len(r.due) || r.due[i].at > cut {
-			continue
+	if len(r.due) > 0 {
+		if at := r.dueAt(r.due[0].at).UnixNano(); at <= now.UnixNano() && (oldest == 0 || at < oldest) {
+			oldest = at
 		}
-		n++
-		stack = append(stack, 2*i+1, 2*i+2)
 	}
-	return n
+	r.mu.Unlock()
+	if oldest == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, oldest)))
 }
 
 // Removed is the number of tasks this instance removed.
 func (r *Retention) Removed() uint64 { return r.removed.Load() }
 
-// next takes the earliest indexed task if it is due at now; otherwise it
-// returns how long until it is (or an hour when none is indexed).
-func (r *Retention) next(now time.Time) (*endedTask, time.Duration) {
+// dueAt is when a task that ended at (Unix ns) is this instance's to remove.
+func (r *Retention) dueAt(at int64) time.Time {
+	return time.Unix(0, at).Add(r.keep() + r.offset)
+}
+
+// nextLate takes the earliest task of the late index if it is due at now;
+// otherwise it returns when it will be (the zero time when the index is
+// empty).
+func (r *Retention) nextLate(now time.Time) (*endedTask, time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.due) == 0 {
-		return nil, time.Hour
+		return nil, time.Time{}
 	}
 	e := r.due[0]
-	dueAt := time.Unix(0, e.at).Add(r.keep() + r.offset)
-	if wait := dueAt.Sub(now); wait > 0 {
-		return nil, wait
+	if at := r.dueAt(e.at); at.After(now) {
+		return nil, at
 	}
 	heap.Pop(&r.due)
 	delete(r.byID, e.id)
-	return e, 0
+	return e, time.Time{}
+}
+
+// forget drops id from the late index: the walk removed it.
+func (r *Retention) forget(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.byID[id]; ok {
+		heap.Remove(&r.due, int(e.i))
+		delete(r.byID, id)
+	}
 }
 
 // restore puts back e after a removal that failed, unless the watcher
@@ -304,11 +369,20 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Run removes due tasks until ctx ends. It returns at once when Keep is
-// negative.
+// staleAfter is how old a batch the walk read may be before it reads it
+// again: what another instance removed meanwhile is gone from a new read.
+const staleAfter = time.Second
+
+// Run removes due tasks until ctx ends, once the store has loaded. It
+// returns at once when Keep is negative.
 func (r *Retention) Run(ctx context.Context) {
 	r.init()
 	if r.keep() < 0 {
+		return
+	}
+	select {
+	case <-r.Store.Loaded():
+	case <-ctx.Done():
 		return
 	}
 	per := r.PerSecond
@@ -316,30 +390,27 @@ func (r *Retention) Run(ctx context.Context) {
 		per = DefaultRemovalsPerSecond
 	}
 	lim := rate.NewLimiter(rate.Limit(per), max(1, int(per/10)))
-	var lastLog time.Time
-	failures := 0
-	for {
-		e, wait := r.next(time.Now())
-		if e == nil {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-r.wake:
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
+	var (
+		lastLog  time.Time
+		failures int
+		cursor   uint64 = 1 // the next stream sequence the walk reads
+		batch    []storedValue
+		readAt   time.Time
+	)
+	// remove expires id at rev; false when it failed for a reason other
+	// than the task having changed or gone (then it is to be tried again).
+	remove := func(id string, rev uint64, idem bool) bool {
 		if err := lim.Wait(ctx); err != nil {
-			return
+			return false
 		}
 		var tombstone time.Duration
-		if e.idem {
+		if idem {
 			tombstone = max(r.keep(), PurgeMarkerTTL)
 		}
-		err := r.Store.Expire(ctx, e.id, e.rev, tombstone)
+		if r.beforeExpire != nil {
+			r.beforeExpire(id, rev)
+		}
+		err := r.Store.Expire(ctx, id, rev, tombstone)
 		switch {
 		case err == nil:
 			failures = 0
@@ -347,26 +418,110 @@ func (r *Retention) Run(ctx context.Context) {
 			if r.OnRemoved != nil {
 				r.OnRemoved()
 			}
+			return true
 		case errors.Is(err, ErrChanged), errors.Is(err, ErrNotFound):
-			// Written since (the watcher reports the newer value, which is
-			// indexed anew if still ended) or removed by another instance;
-			// or a key a2ad never issued. Another instance sweeping the same
-			// backlog is ahead: a short pause lets the watcher drop what it
-			// removed, so that the two split the backlog rather than race
-			// through it together.
+			// Written since (its newer value lands ahead of the walk, or in
+			// the late index) or removed by another instance; or a key
+			// a2ad never issued. Another instance sweeping the same
+			// backlog is ahead: a short pause lets the two split it rather
+			// than race through it together.
 			r.changed.Add(1)
 			pause(ctx, conflictPause)
+			return true
 		default:
 			if ctx.Err() != nil {
-				return
+				return false
 			}
-			r.restore(e)
 			failures++
 			if r.Log != nil && time.Since(lastLog) >= time.Minute {
 				lastLog = time.Now()
-				r.Log.Warn("could not remove an ended task past its retention; retrying", "task", e.id, "err", err)
+				r.Log.Warn("could not remove an ended task past its retention; retrying", "task", id, "err", err)
 			}
 			jsretry.Pause(ctx, min(failures, 10))
+			return false
 		}
 	}
+	var full bool // the last read took a whole batch: more may follow
+	for ctx.Err() == nil {
+		now := time.Now()
+		if e, _ := r.nextLate(now); e != nil {
+			if !remove(e.id, e.rev, e.idem) {
+				r.restore(e)
+			}
+			continue
+		}
+		if len(batch) == 0 || now.Sub(readAt) > staleAfter {
+			// Set before the read: a record stored after the read began
+			// wakes the walk if the read ends the stream.
+			r.atEnd.Store(true)
+			var err error
+			if batch, err = r.Store.readFrom(ctx, cursor, removalBatch); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				if r.Log != nil && time.Since(lastLog) >= time.Minute {
+					lastLog = time.Now()
+					r.Log.Warn("could not read the task bucket to remove ended tasks; retrying", "err", err)
+				}
+				jsretry.Pause(ctx, min(failures, 10))
+				continue
+			}
+			readAt, full = now, len(batch) == removalBatch
+		}
+		// Skip what the walk cannot remove; stop at the first ended record.
+		for len(batch) > 0 {
+			v := batch[0]
+			if _, ok := removable(v.Snap); v.Record && ok {
+				break
+			}
+			cursor, batch = v.Seq+1, batch[1:]
+		}
+		var wait time.Time // zero: until woken
+		if len(batch) > 0 {
+			v := batch[0]
+			at, _ := removable(v.Snap)
+			due := r.dueAt(at.UnixNano())
+			if !due.After(now) {
+				r.behind.Store(due.UnixNano())
+				if remove(v.ID, v.Seq, v.Snap.Idempotent) {
+					r.forget(v.ID)
+					cursor, batch = v.Seq+1, batch[1:]
+				} else {
+					batch = nil // read again after the failure
+				}
+				continue
+			}
+			wait = due // its time has not come; the batch is kept for then
+			r.atEnd.Store(false)
+		} else if full {
+			continue // read on
+		}
+		// Otherwise the end of the stream: a new ended record wakes the walk.
+		r.behind.Store(0)
+		if _, at := r.nextLate(now); !at.IsZero() && (wait.IsZero() || at.Before(wait)) {
+			wait = at
+		}
+		if !r.sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// sleep waits until the time until (forever when zero), a wake, or the end
+// of ctx (false).
+func (r *Retention) sleep(ctx context.Context, until time.Time) bool {
+	var timer <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.wake:
+	case <-timer:
+	}
+	return true
 }

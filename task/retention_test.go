@@ -106,12 +106,12 @@ func TestRetentionRemovesEndedTasksNotOpenOnes(t *testing.T) {
 			t.Errorf("%d fresh ended tasks in the bucket %v before their retention passed; want 4", n, got)
 		}
 	}
-	waitUntil(t, "the fresh ended tasks to go", func() bool { return ret.Removed() == 9 && ret.Ended() == 0 })
+	waitUntil(t, "the fresh ended tasks to go", func() bool { return ret.Removed() == 9 && s.Ended() == 0 })
 	if got := ids(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("bucket after the sweep = %v; want only the open tasks %v", got, want)
 	}
-	if ret.Due(time.Now()) != 0 {
-		t.Fatalf("Due = %d after every ended task went; want 0", ret.Due(time.Now()))
+	if lag := ret.Lag(time.Now()); lag != 0 {
+		t.Fatalf("Lag = %v after every ended task went; want 0", lag)
 	}
 	// Much later, the open tasks are still there.
 	time.Sleep(keep + time.Second)
@@ -132,7 +132,7 @@ func TestRetentionTwoInstancesRemoveEachTaskOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, retA := retained(t, js, time.Second)
-	_, retB := retained(t, js2, time.Second)
+	b, retB := retained(t, js2, time.Second)
 	old := time.Now().Add(-time.Hour).UTC()
 	const ended, open = 300, 40
 	for i := range ended {
@@ -152,7 +152,7 @@ func TestRetentionTwoInstancesRemoveEachTaskOnce(t *testing.T) {
 	}
 	sort.Strings(want)
 	waitUntil(t, "both instances to see every ended task go", func() bool {
-		return retA.Ended() == 0 && retB.Ended() == 0 && retA.Removed()+retB.Removed() >= ended
+		return a.Ended() == 0 && b.Ended() == 0 && retA.Removed()+retB.Removed() >= ended
 	})
 	time.Sleep(200 * time.Millisecond) // a double removal would show now
 	if n := retA.Removed() + retB.Removed(); n != ended {
@@ -322,70 +322,88 @@ func TestStoreUpgradesABucketWithoutMarkerTTL(t *testing.T) {
 	}
 }
 
-// Due counts only the indexed tasks past their retention, Ended all of
-// them; a task that is open again (a new task under a removed id) or
-// deleted leaves the index.
-func TestRetentionIndex(t *testing.T) {
-	ret := &Retention{Keep: time.Hour}
+// The late index holds only ended tasks written more than a minute after
+// they ended (an agent's late event), with an empty outbox, at most MaxLate
+// of them; every other value leaves it, and an ordinary ended task costs
+// it nothing: the walk finds those in the stream.
+func TestRetentionLateIndex(t *testing.T) {
+	ret := &Retention{Keep: time.Hour, MaxLate: 50}
 	ret.init()
-	ret.offset = 0 // no extra delay: exact counts
+	ret.offset = 0 // no extra delay: exact times
 	now := time.Now()
-	for i := range 100 {
-		ret.Track(Snapshot{ID: fmt.Sprint("t", i), State: Completed, Revision: uint64(i + 1),
-			UpdatedAt: now.Add(-time.Duration(i) * time.Minute)}) // t60…t99 are an hour old or more
+	for i := range 1000 { // ended and written at once: not late
+		at := now.Add(-time.Duration(i) * time.Minute)
+		ret.Track(Snapshot{ID: fmt.Sprint("t", i), State: Completed, Revision: uint64(i + 1), EndedAt: at, UpdatedAt: at.Add(time.Second)})
 	}
-	ret.Track(Snapshot{ID: "open", State: Working, UpdatedAt: now.Add(-48 * time.Hour)})
-	// Canceled, with its CancelTask to the agent still in the outbox.
-	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, UpdatedAt: now.Add(-48 * time.Hour), OutboxAt: now})
-	if ret.Ended() != 100 || ret.Due(now) != 40 {
-		t.Fatalf("Ended, Due = %d, %d; want 100, 40", ret.Ended(), ret.Due(now))
+	ret.Track(Snapshot{ID: "open", State: Working, UpdatedAt: now})
+	// Canceled two days ago and written now, its CancelTask to the agent
+	// still in the outbox: it waits for that, not in the index.
+	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, EndedAt: now.Add(-48 * time.Hour), UpdatedAt: now, OutboxAt: now})
+	if n := ret.Late(); n != 0 {
+		t.Fatalf("Late = %d after 1000 ended tasks written as they ended, an open one and one with an outbox; want 0", n)
 	}
-	ret.Track(Snapshot{ID: "t99", State: Submitted, UpdatedAt: now}) // created anew
-	ret.Track(Snapshot{ID: "t98", Deleted: true})
-	ret.Track(Snapshot{ID: "t97", State: Failed, Revision: 500, UpdatedAt: now}) // written again just now
-	if ret.Ended() != 98 || ret.Due(now) != 37 {
-		t.Fatalf("Ended, Due = %d, %d; want 98, 37", ret.Ended(), ret.Due(now))
+	for i := range 60 { // ended 2 h ago, written i minutes ago + 2 min
+		ret.Track(Snapshot{ID: fmt.Sprint("late", i), State: Failed, Revision: uint64(2000 + i),
+			EndedAt: now.Add(-2*time.Hour - time.Duration(i)*time.Second), UpdatedAt: now.Add(-time.Duration(i) * time.Minute)})
 	}
-	e, _ := ret.next(now)
-	if e == nil || e.id != "t96" || e.rev != 97 {
-		t.Fatalf("next = %+v; want the oldest, t96 at revision 97", e)
+	if n, skipped := ret.Late(), ret.skipped.Load(); n != 50 || skipped != 10 {
+		t.Fatalf("Late, skipped = %d, %d after 60 late-written tasks; want 50, 10 (MaxLate 50)", n, skipped)
 	}
-	// The agent got the cancel: the outbox is empty, the task waits no more.
-	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, UpdatedAt: now.Add(-48 * time.Hour)})
-	if ret.Ended() != 98 || ret.Due(now) != 37 {
-		t.Fatalf("Ended, Due = %d, %d after the outbox emptied; want 98, 37", ret.Ended(), ret.Due(now))
+	// The agent got the cancel: the outbox is empty, the task is late.
+	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, EndedAt: now.Add(-48 * time.Hour), UpdatedAt: now, Revision: 3000})
+	if n, skipped := ret.Late(), ret.skipped.Load(); n != 50 || skipped != 11 {
+		t.Fatalf("Late, skipped = %d, %d with the index full; want 50, 11", n, skipped)
 	}
-	forever := &Retention{Keep: -1}
-	forever.Track(Snapshot{ID: "t", State: Completed, UpdatedAt: now.Add(-1000 * time.Hour)})
-	if forever.Due(now) != 0 {
-		t.Fatal("a negative Keep has due tasks")
+	ret.Track(Snapshot{ID: "late0", Deleted: true})
+	ret.Track(Snapshot{ID: "late1", State: Submitted, UpdatedAt: now}) // created anew
+	ret.Track(Snapshot{ID: "cancel-pending", State: Canceled, EndedAt: now.Add(-48 * time.Hour), UpdatedAt: now, Revision: 3001})
+	if n := ret.Late(); n != 49 {
+		t.Fatalf("Late = %d after two left and one came in; want 49", n)
+	}
+	e, _ := ret.nextLate(now)
+	if e == nil || e.id != "cancel-pending" || e.rev != 3001 {
+		t.Fatalf("nextLate = %+v; want the earliest ended, cancel-pending at revision 3001", e)
+	}
+	// The earliest left, late49, ended 2 h 49 s ago: an hour and 49 s
+	// past an hour's retention.
+	if lag := ret.Lag(now); lag != time.Hour+49*time.Second {
+		t.Fatalf("Lag = %v; want 1h0m49s", lag)
 	}
 }
 
-// BenchmarkRetentionIndex measures the memory one indexed ended task takes
-// (bytes/task) with a2ad's 28-byte task ids.
-func BenchmarkRetentionIndex(b *testing.B) {
+// BenchmarkRetentionTrack measures the memory retention keeps per ended
+// task the watcher reports (bytes/task): 0 for tasks written as they
+// ended, the late index's for tasks written long after (late bytes/task).
+func BenchmarkRetentionTrack(b *testing.B) {
 	const n = 200_000
-	snaps := make([]Snapshot, n)
 	now := time.Now()
-	for i := range snaps {
-		snaps[i] = Snapshot{ID: fmt.Sprintf("tsk-%024x", i), State: Completed, Revision: uint64(i), UpdatedAt: now.Add(time.Duration(i))}
-	}
-	var perTask float64
-	for b.Loop() {
+	measure := func(late bool) float64 {
+		snaps := make([]Snapshot, n)
+		for i := range snaps {
+			at := now.Add(time.Duration(i))
+			snaps[i] = Snapshot{ID: fmt.Sprintf("tsk-%024x", i), State: Completed, Revision: uint64(i), EndedAt: at, UpdatedAt: at}
+			if late {
+				snaps[i].UpdatedAt = at.Add(time.Hour)
+			}
+		}
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		ret := &Retention{}
+		ret := &Retention{MaxLate: n}
 		for _, sn := range snaps {
 			ret.Track(sn)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		perTask = float64(after.HeapAlloc-before.HeapAlloc) / n
 		runtime.KeepAlive(ret)
+		return (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
 	}
-	b.ReportMetric(perTask, "bytes/task") // the index's own copy of each id included
+	var onTime, late float64
+	for b.Loop() {
+		onTime, late = measure(false), measure(true)
+	}
+	b.ReportMetric(max(0, onTime), "bytes/task")
+	b.ReportMetric(late, "late-bytes/task") // the index's own copy of each id included
 }
 
 // BenchmarkRetentionSweep measures how fast one instance removes due tasks
@@ -413,7 +431,7 @@ func BenchmarkRetentionSweep(b *testing.B) {
 	}
 	wg.Wait()
 	<-s.Loaded()
-	for ret.Ended() < batch {
+	for s.Ended() < batch {
 		time.Sleep(time.Millisecond)
 	}
 	b.ResetTimer()
@@ -472,7 +490,7 @@ func TestRetentionOnAThreeNodeCluster(t *testing.T) {
 	}
 	put(t, stores[1], "open", InputRequired, old)
 	waitUntil(t, "both instances to see every ended task go", func() bool {
-		return rets[0].Ended() == 0 && rets[1].Ended() == 0 && rets[0].Removed()+rets[1].Removed() >= ended
+		return stores[0].Ended() == 0 && stores[1].Ended() == 0 && rets[0].Removed()+rets[1].Removed() >= ended
 	})
 	time.Sleep(200 * time.Millisecond) // a double removal would show now
 	if n := rets[0].Removed() + rets[1].Removed(); n != ended {
@@ -489,36 +507,141 @@ func TestRetentionOnAThreeNodeCluster(t *testing.T) {
 	t.Logf("instance A removed %d, instance B %d", rets[0].Removed(), rets[1].Removed())
 }
 
-// The sweep removes the revision its index holds: a record written after
-// the index saw it (here the index is fed a revision by hand, the watcher
-// not connected) is not removed, nor counted.
-func TestRetentionLeavesARecordWrittenSinceItWasIndexed(t *testing.T) {
+// A removal names the revision the walk read: a record written between
+// the read and the removal is not removed at that revision, and the walk
+// removes the newer value when it reaches it (still ended, still past its
+// retention), never the one it read.
+func TestRetentionLeavesARecordWrittenSinceItWasRead(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	s, stop := storeOn(t, js)
 	defer stop()
 	ctx := context.Background()
 	old := time.Now().Add(-time.Hour).UTC()
 	put(t, s, "x", Completed, old)
-	_, rev, err := s.Get(ctx, "x")
+	_, first, err := s.Get(ctx, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var tried []uint64
 	ret := &Retention{Store: s, Keep: time.Second}
-	ret.Track(Snapshot{ID: "x", State: Completed, Revision: rev, EndedAt: old})
-	if _, err := s.Update(ctx, "x", func(r *Record) error { r.StatusMessage = "late"; return nil }); err != nil {
-		t.Fatal(err)
+	ret.beforeExpire = func(id string, rev uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		tried = append(tried, rev)
+		if len(tried) == 1 {
+			if _, err := s.Update(ctx, "x", func(r *Record) error { r.StatusMessage = "late"; return nil }); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); ret.Run(rctx) }()
-	waitUntil(t, "the sweep to find the task changed", func() bool { return ret.changed.Load() == 1 })
+	waitUntil(t, "the walk to remove the newer value", func() bool { return ret.Removed() == 1 })
 	cancel()
 	<-done
-	r, _, err := s.Get(ctx, "x")
-	if err != nil || r.StatusMessage != "late" {
-		t.Fatalf("Get after the sweep = %+v, %v; want the record as written after it was indexed", r, err)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tried) != 2 || tried[0] != first || tried[1] <= first || ret.changed.Load() != 1 {
+		t.Fatalf("removals tried at revisions %v (%d refused); want the read one, %d, refused, then the newer one", tried, ret.changed.Load(), first)
 	}
-	if ret.Removed() != 0 {
-		t.Fatalf("Removed = %d; want 0", ret.Removed())
+	if _, _, err := s.Get(ctx, "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after the removal = %v; want ErrNotFound", err)
+	}
+}
+
+// The store counts the ended records in the bucket without keeping them:
+// those it loads, each task it sees end or created ended, less each
+// removal; a late write of an ended task is not counted again, and a
+// restarted store counts the same.
+func TestStoreCountsEndedTasks(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	ctx := context.Background()
+	w, stopW := storeOn(t, js)
+	old := time.Now().Add(-time.Hour).UTC()
+	for i := range 5 {
+		put(t, w, fmt.Sprint("loaded", i), Completed, old)
+	}
+	put(t, w, "open-before", Working, old)
+	waitUntil(t, "the writer's watcher to count 5", func() bool { return w.Ended() == 5 })
+	stopW()
+
+	s, stop := storeOn(t, js)
+	defer stop()
+	<-s.Loaded()
+	if n := s.Ended(); n != 5 {
+		t.Fatalf("Ended = %d after loading 5 ended records and an open one; want 5", n)
+	}
+	put(t, s, "open", Submitted, time.Now().UTC())
+	for _, ev := range []string{EventStart, EventComplete} {
+		if _, err := s.Update(ctx, "open", func(r *Record) error { return r.Move(time.Now().UTC(), ev, SourceAgent, "", "") }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A late event: refused, yet written.
+	if _, err := s.Update(ctx, "open", func(r *Record) error { return r.Move(time.Now().UTC(), EventStart, SourceAgent, "", "") }); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("start from completed: %v", err)
+	}
+	put(t, s, "created-ended", Rejected, time.Now().UTC())
+	waitUntil(t, "the watcher to count 7", func() bool { return s.Ended() == 7 })
+	for _, id := range []string{"loaded0", "open"} {
+		_, rev, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Expire(ctx, id, rev, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "open-before"); err != nil { // an open task deleted
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watcher to count 5 after two removals", func() bool { return s.Ended() == 5 && s.Open() == 0 })
+	time.Sleep(100 * time.Millisecond) // a miscount of the late write or the deletion would show now
+	if n := s.Ended(); n != 5 {
+		t.Fatalf("Ended = %d; want 5", n)
+	}
+	stop()
+	again, stopAgain := storeOn(t, js)
+	defer stopAgain()
+	<-again.Loaded()
+	if n := again.Ended(); n != 5 {
+		t.Fatalf("Ended = %d after a restart; want 5, as before", n)
+	}
+}
+
+// The walk waits at the first ended task whose retention has not passed;
+// a task written long after it ended, behind that one in the stream, is
+// removed on time all the same (the late index), and a task that ends
+// while the walk waits at the stream's end is removed once its time comes.
+func TestRetentionRemovesALateWrittenTaskBehindTheWalk(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	ctx := context.Background()
+	s, ret := retained(t, js, 2*time.Second)
+	ret.offset = 0
+	now := time.Now().UTC()
+	put(t, s, "fresh", Completed, now) // the walk waits here 2 s
+	ended := now.Add(-time.Hour)
+	late := &Record{ID: "late", Tenant: "t", AgentID: "a", State: Failed, CreatedAt: ended, EndedAt: ended, UpdatedAt: now}
+	if err := s.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the late-written task to go", func() bool { return ret.Removed() == 1 })
+	if _, _, err := s.Get(ctx, "late"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(late) = %v; want ErrNotFound", err)
+	}
+	if took := time.Since(now); took >= 2*time.Second {
+		t.Fatalf("the late-written task went after %v, behind the fresh one; want before its 2 s", took)
+	}
+	if _, _, err := s.Get(ctx, "fresh"); err != nil {
+		t.Fatalf("Get(fresh) before its retention passed = %v", err)
+	}
+	waitUntil(t, "the fresh task to go", func() bool { return ret.Removed() == 2 })
+	waitUntil(t, "the walk to wait at the stream's end", func() bool { return ret.atEnd.Load() })
+	put(t, s, "next", Canceled, time.Now().UTC())
+	waitUntil(t, "the task that ended at the stream's end to go", func() bool { return ret.Removed() == 3 })
+	if n := s.Ended(); n != 0 {
+		t.Fatalf("Ended = %d; want 0", n)
 	}
 }

@@ -45,6 +45,7 @@ type Store struct {
 
 	loaded chan struct{} // closed once the watcher delivered every stored record
 	open   atomic.Int64  // records seen by the watcher that are not terminal
+	ended  atomic.Int64  // ended records in the bucket, as the watcher counts them ([Store.Ended])
 
 	idxMu   sync.RWMutex
 	openIdx map[string]OpenTask // the watcher's non-terminal records, by id
@@ -191,6 +192,14 @@ func (s *Store) Loaded() <-chan struct{} { return s.loaded }
 // Open is the number of non-terminal records the watcher has seen.
 func (s *Store) Open() int { return int(s.open.Load()) }
 
+// Ended is the number of ended records in the bucket as the watcher counts
+// them, without keeping any: every ended record it loads at start, then
+// each task it sees end (an open record written terminal) or created
+// ended, less each removal (a deletion of a record not open). A record an
+// agent's late event writes again is not counted twice: it ended before
+// that write. Never negative.
+func (s *Store) Ended() int { return int(max(0, s.ended.Load())) }
+
 func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 	// Two stages, so that reading the records (summarize) and reporting
 	// them overlap on two cores: at start the watcher reads every record in
@@ -239,7 +248,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 			continue // not a record a2ad wrote; Get reports it
 		}
 		s.cache.observe(e.Key(), e.Revision(), e.Value(), snap.Deleted || snap.State.Terminal())
-		s.index(snap)
+		s.index(snap, loaded)
 		if onChange != nil {
 			onChange(snap)
 		}

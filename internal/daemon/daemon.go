@@ -397,7 +397,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, serveHTTP bool) (_
 		defer d.wg.Done()
 		select {
 		case <-store.Loaded():
-			log.Info("tracking open tasks", "open", store.Open(), "scheduled", d.Service.Scheduled(), "ended", retention.Ended(), "after", time.Since(started).Round(time.Millisecond))
+			log.Info("tracking open tasks", "open", store.Open(), "scheduled", d.Service.Scheduled(), "ended", store.Ended(), "after", time.Since(started).Round(time.Millisecond))
 		case <-runCtx.Done():
 		}
 	}()

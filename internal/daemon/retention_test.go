@@ -96,7 +96,7 @@ func TestEndedTasksAreRemovedAfterTheirRetention(t *testing.T) {
 		audit.Config{MaxAge: audit.Duration(48 * time.Hour)})
 	m := scrape(t, s.d.HTTPURL)
 	for name, want := range map[string]float64{"a2ad_task_retention_seconds": 3, "a2ad_audit_max_age_seconds": 172800,
-		"a2ad_tasks_ended": 0, "a2ad_tasks_removal_due": 0, "a2ad_tasks_removed_total": 0} {
+		"a2ad_tasks_ended": 0, "a2ad_tasks_removal_lag_seconds": 0, "a2ad_tasks_removed_total": 0} {
 		if got := value(m, name, nil); got != want {
 			t.Errorf("%s = %v at start; want %v", name, got, want)
 		}
@@ -131,7 +131,7 @@ func TestEndedTasksAreRemovedAfterTheirRetention(t *testing.T) {
 		t.Fatalf("admin API lists %v; want only the open task %s", ids, openTask.TaskID)
 	}
 	m = scrape(t, s.d.HTTPURL)
-	for name, want := range map[string]float64{"a2ad_tasks_ended": 0, "a2ad_tasks_removal_due": 0, "a2ad_tasks_removed_total": 1} {
+	for name, want := range map[string]float64{"a2ad_tasks_ended": 0, "a2ad_tasks_removal_lag_seconds": 0, "a2ad_tasks_removed_total": 1} {
 		if got := value(m, name, nil); got != want {
 			t.Errorf("%s = %v after the removal; want %v", name, got, want)
 		}

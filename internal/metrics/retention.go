@@ -15,15 +15,17 @@ type Retention struct {
 	// stream has it (0: for ever).
 	Tasks, AuditMaxAge time.Duration
 	// Ended is the number of ended tasks in the bucket, as this instance's
-	// watcher sees it; Due those of them past their retention, not yet
-	// removed; Removed the tasks this instance removed.
-	Ended, Due func() int
+	// watcher counts it; Lag how long the oldest removal this instance
+	// knows to be due has waited past its time (0: none is due); Removed
+	// the tasks this instance removed.
+	Ended func() int
+	Lag   func() time.Duration
 	Removed    func() uint64
 }
 
 // WatchRetention adds, read at scrape time: a2ad_task_retention_seconds and
 // a2ad_audit_max_age_seconds (+Inf when kept for ever), a2ad_tasks_ended,
-// a2ad_tasks_removal_due and a2ad_tasks_removed_total.
+// a2ad_tasks_removal_lag_seconds and a2ad_tasks_removed_total.
 func (m *Metrics) WatchRetention(r Retention) {
 	seconds := func(d time.Duration) float64 {
 		if d <= 0 {
@@ -40,11 +42,11 @@ func (m *Metrics) WatchRetention(r Retention) {
 			Help: "The audit stream's max_age as the stream has it (audit.max_age); +Inf: for ever."},
 			func() float64 { return audit }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_ended",
-			Help: "Ended tasks in the task bucket, as this instance's watcher sees it."},
+			Help: "Ended tasks in the task bucket, as this instance's watcher counts them."},
 			func() float64 { return float64(r.Ended()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_removal_due",
-			Help: "Ended tasks past their retention (and this instance's extra delay of up to a minute) that no instance has removed yet."},
-			func() float64 { return float64(r.Due()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a2ad_tasks_removal_lag_seconds",
+			Help: "How long the oldest removal this instance knows to be due has waited past its time (the retention and this instance's extra delay of up to a minute since the task ended); 0: none is due."},
+			func() float64 { return r.Lag().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_tasks_removed_total",
 			Help: "Ended tasks this instance removed from the task bucket after their retention."},
 			func() float64 { return float64(r.Removed()) }))
