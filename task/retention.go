@@ -122,7 +122,8 @@ func wrongLastRevision(err error) bool {
 // most a minute), so that one instance usually removes a task before the
 // others reach it; when instances do meet, compare-and-swap lets exactly
 // one remove it. A restarted instance walks from the stream's start again,
-// once its store has loaded.
+// a tenth of Keep (at most a minute) after its store has loaded: serving
+// and tracking come first.
 type Retention struct {
 	// Store is the bucket to remove from.
 	Store *Store
@@ -385,6 +386,11 @@ func (r *Retention) Run(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
+	// A restarted instance serves and tracks first: the walk's first
+	// reads go over the open tasks at the stream's start again.
+	if !r.sleepFor(ctx, r.startDelay()) {
+		return
+	}
 	per := r.PerSecond
 	if per <= 0 {
 		per = DefaultRemovalsPerSecond
@@ -505,6 +511,22 @@ func (r *Retention) Run(ctx context.Context) {
 		if !r.sleep(ctx, wait) {
 			return
 		}
+	}
+}
+
+// startDelay is how long Run waits after the store loaded before it
+// walks: a tenth of Keep, at most a minute.
+func (r *Retention) startDelay() time.Duration { return min(r.keep()/10, time.Minute) }
+
+// sleepFor is sleep for d; false when ctx ended.
+func (r *Retention) sleepFor(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -619,7 +619,6 @@ func TestRetentionRemovesALateWrittenTaskBehindTheWalk(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	ctx := context.Background()
 	s, ret := retained(t, js, 2*time.Second)
-	ret.offset = 0
 	now := time.Now().UTC()
 	put(t, s, "fresh", Completed, now) // the walk waits here 2 s
 	ended := now.Add(-time.Hour)

@@ -46,7 +46,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServe(), newMCP(), newDemo(), newTasks(), newAgents(), newAudit(), newToken(), newBench())
-	root.AddCommand(newConsole(), newBenchPeer())
+	root.AddCommand(newConsole(), newBenchPeer(), newBenchHeap())
 	configureRoot(root) // last: it wraps every command's argument check
 	return root
 }
