@@ -200,7 +200,7 @@ type Log struct {
 	replicas int
 	log      *slog.Logger
 	instance string
-	queue    chan Record
+	queue    chan *Record // pointers: a buffer of 65,536 records (about 30 MiB) the GC would scan every cycle
 	done     chan struct{}
 	abandon  chan struct{} // closed when Close gave up waiting
 	closed   atomic.Bool
@@ -235,7 +235,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, replicas int,
 	if size <= 0 {
 		size = 65536
 	}
-	l := &Log{js: js, cfg: cfg, replicas: replicas, log: log, instance: instance, queue: make(chan Record, size),
+	l := &Log{js: js, cfg: cfg, replicas: replicas, log: log, instance: instance, queue: make(chan *Record, size),
 		done: make(chan struct{}), abandon: make(chan struct{}), maxAge: st.CachedInfo().Config.MaxAge}
 	go l.run()
 	return l, nil
@@ -281,7 +281,7 @@ func (l *Log) Append(r Record) {
 	r.Instance = l.instance
 	r.bound()
 	select {
-	case l.queue <- r:
+	case l.queue <- &r:
 	default:
 		n := l.dropped.Add(1)
 		now := time.Now().UnixNano()
@@ -378,7 +378,7 @@ func (l *Log) run() {
 	defer close(l.done)
 	buf := make([]Record, 0, batch)
 	for r := range l.queue {
-		buf = append(buf[:0], r)
+		buf = append(buf[:0], *r)
 	fill:
 		for len(buf) < batch {
 			select {
@@ -386,7 +386,7 @@ func (l *Log) run() {
 				if !ok {
 					break fill
 				}
-				buf = append(buf, r)
+				buf = append(buf, *r)
 			default:
 				break fill
 			}
