@@ -18,9 +18,9 @@ type Retention struct {
 	// watcher counts it; Lag how long the oldest removal this instance
 	// knows to be due has waited past its time (0: none is due); Removed
 	// the tasks this instance removed.
-	Ended func() int
-	Lag   func() time.Duration
-	Removed    func() uint64
+	Ended   func() int
+	Lag     func() time.Duration
+	Removed func() uint64
 }
 
 // WatchRetention adds, read at scrape time: a2ad_task_retention_seconds and
