@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -761,25 +760,8 @@ func (e *Edge) skillHandler(name string) mcp.ToolHandler {
 		if len(t.outputs) == 1 {
 			in.OutputSchema = t.outputs[0]
 		}
-		res, out, err := e.delegate(ctx, req, DelegateInput{Agent: t.agent, Skill: t.skill, Objective: in.Objective, Evidence: in.Evidence,
-			Constraints: in.Constraints, OutputSchema: in.OutputSchema, Budget: in.Budget, IdempotencyKey: in.IdempotencyKey, WaitSeconds: in.WaitSeconds})
-		if err != nil {
-			var we *jsonrpc.Error
-			if errors.As(err, &we) {
-				return nil, we
-			}
-			r := &mcp.CallToolResult{}
-			r.SetError(err)
-			return r, nil
-		}
-		if res != nil {
-			return res, nil
-		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return nil, err
-		}
-		return &mcp.CallToolResult{StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
+		return toolResult(e.delegate(ctx, req, DelegateInput{Agent: t.agent, Skill: t.skill, Objective: in.Objective, Evidence: in.Evidence,
+			Constraints: in.Constraints, OutputSchema: in.OutputSchema, Budget: in.Budget, IdempotencyKey: in.IdempotencyKey, WaitSeconds: in.WaitSeconds}))
 	}
 }
 

@@ -570,19 +570,11 @@ func (e *Edge) taskResult(r *task.Record, resultType string) *TaskResult {
 	return res
 }
 
-// callToolResult is the CallToolResult the go-sdk v1.8.0 makes of a typed
-// tool's output: the output, decoded and encoded again as the SDK does
-// when it validates it (members sorted, numbers as float64), as
-// structuredContent and, as text, as the one content.
+// callToolResult is the CallToolResult a2ad's tools make of a task's
+// output ([toolResult]): the output encoded once, as structuredContent
+// and, as text, as the one content.
 func callToolResult(out TaskOutput) *ToolResult {
 	b, err := json.Marshal(out)
-	var v any
-	if err == nil {
-		err = json.Unmarshal(b, &v)
-	}
-	if err == nil {
-		b, err = json.Marshal(v)
-	}
 	if err != nil {
 		return &ToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "internal_error: " + msgInternal}}, ResultType: "complete"}
 	}
