@@ -32,6 +32,7 @@ const (
 	DropForeignTask   = "foreign_task"  // the task is another agent's
 	DropRecordFull    = "record_full"   // applying it would outgrow the record's byte budget
 	DropUndeliverable = "undeliverable" // still not applied at its last delivery
+	DropTaskEnded     = "task_ended"    // its task ended over FinalAfter before: the record is final
 )
 
 // dropped is an event that can never be applied, with its reason (one of

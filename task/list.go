@@ -188,7 +188,9 @@ func (s *Store) readRange(ctx context.Context, lo, hi uint64) ([]*jetstream.RawS
 			out = append(out, m)
 			from = m.Sequence + 1
 		}
-		if past || n < scanBackWindow {
+		// A short batch is not the range's end: the server also cuts a
+		// reply at its byte limit (64 MiB).
+		if past || n == 0 {
 			return out, nil
 		}
 	}
@@ -231,8 +233,17 @@ func (s *Store) readFrom(ctx context.Context, seq uint64, n int) ([]storedValue,
 		if m.Header.Get("KV-Operation") == "" && m.Header.Get("Nats-Marker-Reason") == "" && len(m.Data) > 0 {
 			v.Record = summarize(m.Data, &v.Snap)
 		}
-		v.Snap.ID, v.Snap.Revision = v.ID, v.Seq
+		v.Snap.ID, v.Snap.Revision, v.Snap.Stored = v.ID, v.Seq, m.Time
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// lastSeq is the bucket's stream's last sequence, read from the server.
+func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("task: stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -155,16 +156,23 @@ type Retention struct {
 	once    sync.Once
 
 	beforeExpire func(id string, rev uint64) // tests: called before each removal
+	startIn      time.Duration               // tests: the start delay, when not 0
 }
 
 // DefaultMaxLate bounds the late index when Retention.MaxLate is 0: about
 // 125 bytes each, half a megabyte in all.
 const DefaultMaxLate = 4096
 
-// lateAfter is how long after its end a write of an ended task makes it
-// late: the walk meets a task written that much after its end that much
-// later than its time.
-const lateAfter = time.Minute
+// FinalAfter is how long after its end a task's record is final to its
+// agent: later events of the agent are dropped unwritten (DropTaskEnded),
+// so that no agent keeps rewriting its ended tasks to put off their
+// removal. It is also how long after its end a write of an ended task
+// makes it late for retention: the walk meets a task written that much
+// after its end that much later than its time.
+const FinalAfter = time.Minute
+
+// lateAfter: see FinalAfter.
+const lateAfter = FinalAfter
 
 // removalBatch is how many stored values one read of the walk takes.
 const removalBatch = 256
@@ -229,18 +237,46 @@ func removable(sn Snapshot) (time.Time, bool) {
 	}
 	// From the end, not the last write: an agent's late events (refused,
 	// yet written) must not keep its ended tasks for ever.
-	return endedAt(sn), true
+	return endOf(sn), true
+}
+
+// endOf is when sn's task ended for retention: EndedAt (its last write in
+// records of earlier versions), but never after the server stored the
+// value — a writer's clock running ahead, or an absurd time, must not hold
+// the walk back — and within the range of Unix nanoseconds (1970 to 2262).
+func endOf(sn Snapshot) time.Time {
+	at := endedAt(sn)
+	if !sn.Stored.IsZero() && (at.IsZero() || at.After(sn.Stored)) {
+		at = sn.Stored
+	}
+	if lo := time.Unix(0, 0); at.Before(lo) {
+		return lo
+	}
+	if hi := time.Unix(0, math.MaxInt64-int64(24*time.Hour)); at.After(hi) {
+		return hi
+	}
+	return at
+}
+
+// written is when sn was written: the server's time of storing it, or the
+// record's UpdatedAt when not known.
+func written(sn Snapshot) time.Time {
+	if !sn.Stored.IsZero() {
+		return sn.Stored
+	}
+	return sn.UpdatedAt
 }
 
 // Track is the store's change callback ([NewStore]): it keeps in the late
-// index the ended records with an empty outbox written more than a minute
-// after they ended, at most MaxLate of them, and forgets any other value
+// index the ended records with an empty outbox stored more than a minute
+// after they ended (the server's time of the write), at most MaxLate of
+// them, and forgets any other value
 // of a task it holds. It may be called before Run, and from one goroutine
 // at a time (the store's watcher).
 func (r *Retention) Track(sn Snapshot) {
 	r.init()
 	at, ok := removable(sn)
-	late := ok && sn.UpdatedAt.Sub(at) > lateAfter
+	late := ok && written(sn).Sub(at) > lateAfter
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, had := r.byID[sn.ID]
@@ -313,6 +349,11 @@ func (r *Retention) Lag(now time.Time) time.Duration {
 // Removed is the number of tasks this instance removed.
 func (r *Retention) Removed() uint64 { return r.removed.Load() }
 
+// Unindexed is the number of times a task written long after it ended was
+// left to the walk because the late index was full: it is removed when
+// the walk reaches its last write, later than its time.
+func (r *Retention) Unindexed() uint64 { return r.skipped.Load() }
+
 // dueAt is when a task that ended at (Unix ns) is this instance's to remove.
 func (r *Retention) dueAt(at int64) time.Time {
 	return time.Unix(0, at).Add(r.keep() + r.offset)
@@ -370,8 +411,9 @@ func pause(ctx context.Context, d time.Duration) {
 	}
 }
 
-// staleAfter is how old a batch the walk read may be before it reads it
-// again: what another instance removed meanwhile is gone from a new read.
+// staleAfter is how old a batch the walk read may be when its first
+// record comes due before the walk reads it again: what another instance
+// removed meanwhile is gone from a new read.
 const staleAfter = time.Second
 
 // Run removes due tasks until ctx ends, once the store has loaded. It
@@ -456,7 +498,7 @@ func (r *Retention) Run(ctx context.Context) {
 			}
 			continue
 		}
-		if len(batch) == 0 || now.Sub(readAt) > staleAfter {
+		if len(batch) == 0 {
 			// Set before the read: a record stored after the read began
 			// wakes the walk if the read ends the stream.
 			r.atEnd.Store(true)
@@ -474,6 +516,13 @@ func (r *Retention) Run(ctx context.Context) {
 				continue
 			}
 			readAt, full = now, len(batch) == removalBatch
+			if n := len(batch); n > 0 && !full {
+				// A batch is cut short at the server's byte limit for one
+				// reply too (64 MiB: about 75 of the largest records), not
+				// only at the stream's end.
+				last, err := r.Store.lastSeq(ctx)
+				full = err != nil || last > batch[n-1].Seq
+			}
 		}
 		// Skip what the walk cannot remove; stop at the first ended record.
 		for len(batch) > 0 {
@@ -489,8 +538,13 @@ func (r *Retention) Run(ctx context.Context) {
 			at, _ := removable(v.Snap)
 			due := r.dueAt(at.UnixNano())
 			if !due.After(now) {
+				if now.Sub(readAt) > staleAfter {
+					batch = nil // read again: another instance may have removed it since
+					continue
+				}
 				r.behind.Store(due.UnixNano())
 				if remove(v.ID, v.Seq, v.Snap.Idempotent) {
+					r.behind.Store(0) // the next one says whether it is due too
 					r.forget(v.ID)
 					cursor, batch = v.Seq+1, batch[1:]
 				} else {
@@ -498,7 +552,7 @@ func (r *Retention) Run(ctx context.Context) {
 				}
 				continue
 			}
-			wait = due // its time has not come; the batch is kept for then
+			wait = due // its time has not come; the batch is kept until then (a wake does not read it again)
 			r.atEnd.Store(false)
 		} else if full {
 			continue // read on
@@ -516,7 +570,12 @@ func (r *Retention) Run(ctx context.Context) {
 
 // startDelay is how long Run waits after the store loaded before it
 // walks: a tenth of Keep, at most a minute.
-func (r *Retention) startDelay() time.Duration { return min(r.keep()/10, time.Minute) }
+func (r *Retention) startDelay() time.Duration {
+	if r.startIn != 0 {
+		return r.startIn
+	}
+	return min(r.keep()/10, time.Minute)
+}
 
 // sleepFor is sleep for d; false when ctx ended.
 func (r *Retention) sleepFor(ctx context.Context, d time.Duration) bool {

@@ -137,6 +137,9 @@ type Snapshot struct {
 	Follow      *FollowLease
 	// EventSeq is the highest event sequence applied (Record.EventSeq).
 	EventSeq int
+	// Stored is when the NATS server stored this value (its clock, not
+	// the writer's); zero when not known.
+	Stored time.Time
 }
 
 // NewStore creates or binds the bucket (replicas ≥ 1) and starts its
@@ -218,7 +221,7 @@ func (s *Store) fanOut(w jetstream.KeyWatcher, onChange func(Snapshot)) {
 				changes <- change{}
 				continue
 			}
-			c := change{e: e, snap: Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision()}}
+			c := change{e: e, snap: Snapshot{ID: e.Key(), Deleted: e.Operation() != jetstream.KeyValuePut, Bytes: len(e.Value()), Revision: e.Revision(), Stored: e.Created()}}
 			c.record = c.snap.Deleted || summarize(e.Value(), &c.snap)
 			changes <- c
 		}

@@ -415,6 +415,13 @@ func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dro
 		// contend for, the owner's record.
 		return &dropped{reason: DropForeignTask}, errNoChange
 	}
+	if r.State.Terminal() && !r.EndedAt.IsZero() && now.Sub(r.EndedAt) > FinalAfter && (r.AgentTaskID != "" || r.State != Canceled) {
+		// Nothing is written: an agent's events must not keep rewriting
+		// its ended tasks, each write a new value for retention to wait
+		// on. A canceled task whose agent task id is still unknown learns
+		// it from any event (its CancelTask needs it).
+		return &dropped{reason: DropTaskEnded}, errNoChange
+	}
 	if ev.badID {
 		// Neither kept nor ordered: the id itself is over the bounds.
 		r.refuse(Transition{At: now, From: r.State, To: r.State, Event: "event", Source: SourceAgent,

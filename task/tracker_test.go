@@ -726,3 +726,59 @@ func TestEventRecordsTheReplicaOnce(t *testing.T) {
 		}
 	}
 }
+
+// A task's record is final to its agent a minute after it ended: its
+// later events, a repeat of the end, a refused transition or a malformed
+// one, are dropped unwritten (task_ended), so that no agent can keep
+// rewriting its ended tasks to put off their removal. Within the minute
+// they are still written, and a canceled task whose agent task id is
+// unknown still learns it (its CancelTask needs it).
+func TestEndedTaskIsFinalToItsAgentAfterAMinute(t *testing.T) {
+	tr := newTracker(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	mk := func(id string, st State, ended time.Time, agentTask string) {
+		t.Helper()
+		r := &Record{ID: id, Tenant: "default", AgentID: "fraud-review", State: st, OutputSchema: "risk_assessment",
+			AgentTaskID: agentTask, CreatedAt: ended.Add(-time.Minute), UpdatedAt: ended, EndedAt: ended}
+		if err := tr.Store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := func(id string) uint64 {
+		t.Helper()
+		_, rev, err := tr.Store.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	mk("old", Failed, now.Add(-2*time.Minute), "a1")
+	before := rev("old")
+	failedAgain := `{"statusUpdate":{"taskId":"a1","contextId":"c1","status":{"state":"TASK_STATE_FAILED"}}}`
+	for i, body := range []string{failedAgain, working, `{"nope":1}`} {
+		if err := apply(t, tr, "a2a.events.fraud-review.old", fmt.Sprintf("old.%d", i+1), body); DropReason(err) != DropTaskEnded {
+			t.Errorf("event %d on a task ended 2 min ago: %v; want drop reason %s", i+1, err, DropTaskEnded)
+		}
+	}
+	if after := rev("old"); after != before {
+		t.Fatalf("revision %d -> %d: an event of a task ended 2 min ago was written", before, after)
+	}
+
+	mk("recent", Failed, now.Add(-10*time.Second), "a1")
+	before = rev("recent")
+	if err := apply(t, tr, "a2a.events.fraud-review.recent", "recent.1", working); !errors.Is(err, ErrIllegalTransition) {
+		t.Fatalf("refused event within the minute: %v; want ErrIllegalTransition (refused, recorded)", err)
+	}
+	if r := get(t, tr, "recent"); rev("recent") == before || len(r.History) != 1 || !r.History[0].Refused {
+		t.Fatalf("a refused event within the minute after the end: history %+v; want it recorded", r.History)
+	}
+
+	mk("canceled", Canceled, now.Add(-2*time.Minute), "")
+	if err := apply(t, tr, "a2a.events.fraud-review.canceled", "canceled.1", working); err != nil && DropReason(err) == DropTaskEnded {
+		t.Fatalf("event of a canceled task with no agent task id: %v; want it applied", err)
+	}
+	if r := get(t, tr, "canceled"); r.AgentTaskID != "a1" || r.Outbox == nil || r.Outbox.Method != a2a.MethodCancelTask {
+		t.Fatalf("canceled task: agent task id %q, outbox %+v; want a1 learnt and its CancelTask owed", r.AgentTaskID, r.Outbox)
+	}
+}

@@ -19,7 +19,7 @@ func (d *Daemon) startRetention(ctx context.Context, r *task.Retention, store *t
 		keep = task.DefaultRetention
 	}
 	d.Metrics.WatchRetention(metrics.Retention{Tasks: keep, AuditMaxAge: d.Audit.MaxAge(),
-		Ended: store.Ended, Lag: func() time.Duration { return r.Lag(time.Now()) }, Removed: r.Removed})
+		Ended: store.Ended, Lag: func() time.Duration { return r.Lag(time.Now()) }, Removed: r.Removed, Unindexed: r.Unindexed})
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()

@@ -58,7 +58,7 @@ type Metrics struct {
 	// EventsTerminated counts agent events removed from their stream
 	// without being applied, by agent and reason (task.Drop… codes:
 	// unknown_task, foreign_task, malformed, out_of_bounds, record_full,
-	// undeliverable, bad_subject).
+	// undeliverable, bad_subject, task_ended).
 	EventsTerminated *prometheus.CounterVec
 	// AgentsDisconnected counts agent connections the embedded server
 	// closed for going over their agent_limits, by agent and reason

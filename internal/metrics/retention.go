@@ -17,15 +17,18 @@ type Retention struct {
 	// Ended is the number of ended tasks in the bucket, as this instance's
 	// watcher counts it; Lag how long the oldest removal this instance
 	// knows to be due has waited past its time (0: none is due); Removed
-	// the tasks this instance removed.
-	Ended   func() int
-	Lag     func() time.Duration
-	Removed func() uint64
+	// the tasks this instance removed; Unindexed the tasks written long
+	// after they ended that its full late index left to the walk.
+	Ended     func() int
+	Lag       func() time.Duration
+	Removed   func() uint64
+	Unindexed func() uint64
 }
 
 // WatchRetention adds, read at scrape time: a2ad_task_retention_seconds and
 // a2ad_audit_max_age_seconds (+Inf when kept for ever), a2ad_tasks_ended,
-// a2ad_tasks_removal_lag_seconds and a2ad_tasks_removed_total.
+// a2ad_tasks_removal_lag_seconds, a2ad_tasks_removed_total and
+// a2ad_tasks_removal_unindexed_total.
 func (m *Metrics) WatchRetention(r Retention) {
 	seconds := func(d time.Duration) float64 {
 		if d <= 0 {
@@ -49,5 +52,13 @@ func (m *Metrics) WatchRetention(r Retention) {
 			func() float64 { return r.Lag().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_tasks_removed_total",
 			Help: "Ended tasks this instance removed from the task bucket after their retention."},
-			func() float64 { return float64(r.Removed()) }))
+			func() float64 { return float64(r.Removed()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "a2ad_tasks_removal_unindexed_total",
+			Help: "Ended tasks written more than a minute after they ended that this instance's full late index (4,096) left to the walk of the bucket: removed when the walk reaches their last write, later than their retention."},
+			func() float64 {
+				if r.Unindexed == nil {
+					return 0
+				}
+				return float64(r.Unindexed())
+			}))
 }
