@@ -93,8 +93,10 @@ const scanBackWindow = 256
 
 // ScanBack calls fn with the bucket's current records, newest write
 // first: in descending stream sequence, which is the order of the records'
-// last writes, with stored, the time JetStream stored that write (the
-// stream message's timestamp, the NATS server's clock). A record's
+// last writes, each as a [Scanned]: its summary (the members the store's
+// watcher reports, read in one pass without decoding the record), Stored,
+// the time JetStream stored that write (the stream message's timestamp,
+// the NATS server's clock), and the whole record on demand. A record's
 // CreatedAt is at or before its stored time (a2ad's clock, not the
 // server's: allow for their skew), so a reader that wants the newest
 // created records can stop once stored is older than what it holds. fn
@@ -112,7 +114,7 @@ const scanBackWindow = 256
 // Errors: fn's, returned unchanged; a value that is not a record is
 // "task: decode <id>: …"; NATS failures and the end of ctx are
 // "task: scan back: …" wrapping the cause.
-func (s *Store) ScanBack(ctx context.Context, fn func(r *Record, stored time.Time) (bool, error)) error {
+func (s *Store) ScanBack(ctx context.Context, fn func(v *Scanned) (bool, error)) error {
 	var info *jetstream.StreamInfo
 	err := s.retry(ctx, func() (err error) { info, err = s.stream.Info(ctx); return err })
 	if err != nil {
@@ -141,11 +143,15 @@ func (s *Store) ScanBack(ctx context.Context, fn func(r *Record, stored time.Tim
 			if m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "" || len(m.Data) == 0 {
 				continue
 			}
-			r, err := decode(m.Data)
-			if err != nil {
-				return fmt.Errorf("task: decode %s: %w", strings.TrimPrefix(m.Subject, prefix), err)
+			v := &Scanned{Snapshot: Snapshot{ID: strings.TrimPrefix(m.Subject, prefix), Revision: m.Sequence, Stored: m.Time, Bytes: len(m.Data)}, raw: m.Data}
+			if !summarize(m.Data, &v.Snapshot) {
+				_, err := decode(m.Data)
+				if err == nil {
+					err = errors.New("not a task record")
+				}
+				return fmt.Errorf("task: decode %s: %w", v.ID, err)
 			}
-			more, err := fn(r, m.Time)
+			more, err := fn(v)
 			if err != nil || !more {
 				return err
 			}
@@ -246,4 +252,66 @@ func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("task: stream info: %w", err)
 	}
 	return info.State.LastSeq, nil
+}
+
+// GetMany reads the newest value of each record of ids in one batched
+// direct get (JetStream's multi_last request for their subjects): for a
+// page of records where one [Store.Get] each would cost a round trip
+// each. An id with no record (removed, never stored, not a valid key, or
+// not yet on the replica that answered: a direct get, as Get's first read
+// is, without its leader read for "not found") is absent from the result.
+// Errors wrap the NATS error or a record's decoding.
+func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]*Record, error) {
+	prefix := "$KV." + Bucket + "."
+	subjects := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if validKey(id) {
+			subjects = append(subjects, prefix+id)
+		}
+	}
+	out := make(map[string]*Record, len(subjects))
+	if len(subjects) == 0 {
+		return out, nil
+	}
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, "KV_"+Bucket, subjects)
+	if errors.Is(err, jetstreamext.ErrNoMessages) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task: get many: %w", err)
+	}
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task: get many: %w", err)
+		}
+		if m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "" || len(m.Data) == 0 {
+			continue
+		}
+		id := strings.TrimPrefix(m.Subject, prefix)
+		r, err := decode(m.Data)
+		if err != nil {
+			return nil, fmt.Errorf("task: decode %s: %w", id, err)
+		}
+		out[id] = r
+	}
+	return out, nil
+}
+
+// Scanned is one stored record as [Store.ScanBack] meets it: its summary,
+// Stored among it, and the record itself, decoded by Record.
+type Scanned struct {
+	Snapshot
+	raw []byte
+}
+
+// Record decodes the whole record; errors are "task: decode <id>: …".
+func (v *Scanned) Record() (*Record, error) {
+	r, err := decode(v.raw)
+	if err != nil {
+		return nil, fmt.Errorf("task: decode %s: %w", v.ID, err)
+	}
+	return r, nil
 }

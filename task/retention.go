@@ -430,7 +430,7 @@ func (r *Retention) Run(ctx context.Context) {
 	}
 	// A restarted instance serves and tracks first: the walk's first
 	// reads go over the open tasks at the stream's start again.
-	if !r.sleepFor(ctx, r.startDelay()) {
+	if pause(ctx, r.startDelay()); ctx.Err() != nil {
 		return
 	}
 	per := r.PerSecond
@@ -575,18 +575,6 @@ func (r *Retention) startDelay() time.Duration {
 		return r.startIn
 	}
 	return min(r.keep()/10, time.Minute)
-}
-
-// sleepFor is sleep for d; false when ctx ended.
-func (r *Retention) sleepFor(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // sleep waits until the time until (forever when zero), a wake, or the end

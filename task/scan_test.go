@@ -213,7 +213,13 @@ func TestScanBackReportsNewestWritesFirst(t *testing.T) {
 
 	var got []string
 	last := time.Now().Add(time.Hour)
-	err := s.ScanBack(ctx, func(r *Record, stored time.Time) (bool, error) {
+	err := s.ScanBack(ctx, func(v *Scanned) (bool, error) {
+		r, err := v.Record()
+		if err != nil || r.ID != v.ID || !r.CreatedAt.Equal(v.CreatedAt) || r.State != v.State {
+			t.Errorf("%s: Record() = %+v, %v; want the record its summary (%s, %v) describes", v.ID, r, err, v.State, v.CreatedAt)
+			return false, nil
+		}
+		stored := v.Stored
 		if stored.After(last) {
 			t.Errorf("%s stored at %v, after the one before it (%v)", r.ID, stored, last)
 		}
@@ -231,14 +237,14 @@ func TestScanBackReportsNewestWritesFirst(t *testing.T) {
 		t.Fatalf("ScanBack: %d records %v…, want %d %v…", len(got), got[:min(10, len(got))], len(want), want[:10])
 	}
 	got = nil
-	if err := s.ScanBack(ctx, func(r *Record, _ time.Time) (bool, error) { got = append(got, r.ID); return len(got) < 3, nil }); err != nil {
+	if err := s.ScanBack(ctx, func(v *Scanned) (bool, error) { got = append(got, v.ID); return len(got) < 3, nil }); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(got, want[:3]) {
 		t.Errorf("ScanBack stopped after 3: %v, want %v", got, want[:3])
 	}
 	boom := errors.New("boom")
-	if err := s.ScanBack(ctx, func(*Record, time.Time) (bool, error) { return true, boom }); err != boom {
+	if err := s.ScanBack(ctx, func(*Scanned) (bool, error) { return true, boom }); err != boom {
 		t.Errorf("fn's error: %v, want it unchanged", err)
 	}
 }

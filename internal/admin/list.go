@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -56,29 +55,42 @@ func listPage(ctx context.Context, store *task.Store, f taskFilter, limit int, c
 	if len(open) > 0 {
 		of := f
 		of.States = open
-		for _, c := range openCandidates(store, of, limit+1, cursor, now) {
-			r, _, err := store.Get(ctx, c.ID)
-			if errors.Is(err, task.ErrNotFound) {
-				continue // removed since the watcher reported it
+		cands := openCandidates(store, of, limit+1, cursor, now)
+		ids := make([]string, len(cands))
+		for i, c := range cands {
+			ids[i] = c.ID
+		}
+		got, err := store.GetMany(ctx, ids) // one read for the page, not one each
+		if err != nil {
+			return TaskPage{}, err
+		}
+		for _, id := range ids {
+			if r, ok := got[id]; ok { // absent: removed since the watcher reported it
+				_ = pg.add(r) // added only if it still matches: it may have ended since
 			}
-			if err != nil {
-				return TaskPage{}, err
-			}
-			_ = pg.add(r) // added only if it still matches: it may have ended since
 		}
 	}
 	if len(ended) > 0 {
 		margin := listClockSkew
-		err := store.ScanBack(ctx, func(r *task.Record, stored time.Time) (bool, error) {
-			if lead := r.UpdatedAt.Sub(stored); lead > margin {
+		err := store.ScanBack(ctx, func(v *task.Scanned) (bool, error) {
+			if lead := v.UpdatedAt.Sub(v.Stored); lead > margin {
 				margin = lead // this writer's clock runs ahead of the server's
 			}
-			floor := stored.Add(margin) // every task written at or before this was created before it
+			floor := v.Stored.Add(margin) // every task written at or before this was created before it
 			if f.NewerThan > 0 && floor.Before(now.Add(-f.NewerThan)) {
 				return false, nil
 			}
 			if last := pg.last(); last != nil && floor.Before(last.CreatedAt) {
 				return false, nil
+			}
+			// Decoded only when it would be on the page: a scan reads past
+			// the page by the writes of the clock margin.
+			if !pg.wants(&task.Record{ID: v.ID, Tenant: v.Tenant, AgentID: v.AgentID, State: v.State, CreatedAt: v.CreatedAt}) {
+				return true, nil
+			}
+			r, err := v.Record()
+			if err != nil {
+				return false, err
 			}
 			return true, pg.add(r)
 		})

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,8 +183,14 @@ func TestListTasksReadsOnlyWhatThePageNeeds(t *testing.T) {
 	// Count the JetStream requests the listing sends, on a connection of
 	// its own.
 	spy := natstest.Connect(t, srv)
-	var batches, consumers atomic.Int64
-	if _, err := spy.Subscribe("$JS.API.DIRECT.GET.KV_"+task.Bucket, func(*nats.Msg) { batches.Add(1) }); err != nil {
+	var batches, multiLast, consumers atomic.Int64
+	if _, err := spy.Subscribe("$JS.API.DIRECT.GET.KV_"+task.Bucket, func(m *nats.Msg) {
+		if strings.Contains(string(m.Data), `"multi_last"`) {
+			multiLast.Add(1) // the open candidates' records, in one read
+		} else {
+			batches.Add(1)
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := spy.Subscribe("$JS.API.CONSUMER.CREATE.KV_"+task.Bucket+".>", func(*nats.Msg) { consumers.Add(1) }); err != nil {
@@ -195,6 +202,7 @@ func TestListTasksReadsOnlyWhatThePageNeeds(t *testing.T) {
 	list := func(q string) TaskPage {
 		t.Helper()
 		batches.Store(0)
+		multiLast.Store(0)
 		var p TaskPage
 		if code := a.do("GET", q, "", &p); code != http.StatusOK {
 			t.Fatalf("GET %s: %d", q, code)
@@ -206,15 +214,15 @@ func TestListTasksReadsOnlyWhatThePageNeeds(t *testing.T) {
 	if got := ids(p); len(got) != 50 || got[0] != "done-2999" || got[49] != "done-2950" {
 		t.Errorf("newest page: %v, want done-2999 down to done-2950", got)
 	}
-	if n := batches.Load(); n != 1 {
-		t.Errorf("newest page of 50 read %d batches of the backward scan, want 1 (of 12 for the whole bucket)", n)
+	if n, m := batches.Load(), multiLast.Load(); n != 1 || m != 1 {
+		t.Errorf("newest page of 50 read %d batches of the backward scan and %d of open records, want 1 (of 12 for the whole bucket) and 1", n, m)
 	}
 	p = list("/v1/tasks?limit=50&state=working")
 	if got := ids(p); len(got) != 20 || got[0] != "open-19" || got[19] != "open-00" {
 		t.Errorf("open page: %v, want open-19 down to open-00", got)
 	}
-	if n := batches.Load(); n != 0 {
-		t.Errorf("open page read %d batches of the backward scan, want 0: the index gives open tasks", n)
+	if n, m := batches.Load(), multiLast.Load(); n != 0 || m != 1 {
+		t.Errorf("open page read %d batches of the backward scan and %d of open records, want 0 (the index gives open tasks) and 1 (their records at once)", n, m)
 	}
 	if n := consumers.Load(); n != 0 {
 		t.Errorf("listing created %d consumers on the bucket's stream, want 0", n)

@@ -231,6 +231,16 @@ func newPager(f taskFilter, limit int, cursor *pageCursor, now time.Time) *pager
 	return &pager{f: f, limit: limit, cursor: cursor, now: now, byID: map[string]*heldRecord{}}
 }
 
+// wants reports whether add would keep r (or a newer value of a record it
+// holds): r needs only its id, tenant, agent, state and creation time.
+func (p *pager) wants(r *task.Record) bool {
+	if !p.cursor.after(r) || !p.f.match(r, p.now) {
+		return false
+	}
+	_, held := p.byID[r.ID]
+	return held || len(p.held) < p.limit+1 || before(r, p.held[0].r)
+}
+
 // add considers r (as a [task.Store.Scan] callback: it never fails). A
 // record given again with the same id replaces the one held if it still
 // matches; if it no longer does, the one held stays (dropping it could
