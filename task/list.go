@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 	"unique"
@@ -86,6 +87,15 @@ func (s *Store) OpenTasks() iter.Seq[OpenTask] {
 		}
 	}
 }
+
+// maxBatchBytes bounds the bytes of one batched direct get: unbounded, the
+// server fills a reply up to its pending limit (64 MiB) and drops the
+// reader as a slow consumer (about 30 records of 700 kB).
+const maxBatchBytes = 8 << 20
+
+// getManyChunk is how many records one multi_last read of [Store.GetMany]
+// asks for: at most about 8 MB of the largest records.
+const getManyChunk = 8
 
 // scanBackWindow is how many stored values [Store.ScanBack] reads in one
 // batch (one JetStream direct get request).
@@ -171,7 +181,7 @@ func (s *Store) readRange(ctx context.Context, lo, hi uint64) ([]*jetstream.RawS
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("task: scan back: %w", err)
 		}
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, scanBackWindow, jetstreamext.GetBatchSeq(from))
+		msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, scanBackWindow, jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchMaxBytes(maxBatchBytes))
 		if errors.Is(err, jetstreamext.ErrNoMessages) {
 			return out, nil
 		}
@@ -219,7 +229,7 @@ type storedValue struct {
 // summarized as the watcher does. A short or empty result is the end of
 // the stream. Errors wrap the NATS error or the end of ctx.
 func (s *Store) readFrom(ctx context.Context, seq uint64, n int) ([]storedValue, error) {
-	msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, n, jetstreamext.GetBatchSeq(max(seq, 1)))
+	msgs, err := jetstreamext.GetBatch(ctx, s.js, "KV_"+Bucket, n, jetstreamext.GetBatchSeq(max(seq, 1)), jetstreamext.GetBatchMaxBytes(maxBatchBytes))
 	if errors.Is(err, jetstreamext.ErrNoMessages) {
 		return nil, nil
 	}
@@ -254,46 +264,61 @@ func (s *Store) lastSeq(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// GetMany reads the newest value of each record of ids in one batched
-// direct get (JetStream's multi_last request for their subjects): for a
-// page of records where one [Store.Get] each would cost a round trip
-// each. An id with no record (removed, never stored, not a valid key, or
-// not yet on the replica that answered: a direct get, as Get's first read
-// is, without its leader read for "not found") is absent from the result.
-// Errors wrap the NATS error or a record's decoding.
+// GetMany reads the newest value of each record of ids in batched direct
+// gets (JetStream's multi_last requests for their subjects, getManyChunk
+// at a time): for a page of records where one [Store.Get] each would cost
+// a round trip each. An id the batched reads do not return is read with
+// Get, whose "not found" the stream leader confirms; an id with no record
+// is absent from the result. Errors wrap the NATS error or a record's
+// decoding.
 func (s *Store) GetMany(ctx context.Context, ids []string) (map[string]*Record, error) {
 	prefix := "$KV." + Bucket + "."
-	subjects := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if validKey(id) {
-			subjects = append(subjects, prefix+id)
+	out := make(map[string]*Record, len(ids))
+	for chunk := range slices.Chunk(ids, getManyChunk) {
+		subjects := make([]string, 0, len(chunk))
+		for _, id := range chunk {
+			if validKey(id) {
+				subjects = append(subjects, prefix+id)
+			}
 		}
-	}
-	out := make(map[string]*Record, len(subjects))
-	if len(subjects) == 0 {
-		return out, nil
-	}
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, "KV_"+Bucket, subjects)
-	if errors.Is(err, jetstreamext.ErrNoMessages) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("task: get many: %w", err)
-	}
-	for m, err := range msgs {
+		if len(subjects) == 0 {
+			continue
+		}
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, s.js, "KV_"+Bucket, subjects)
 		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("task: get many: %w", err)
 		}
-		if m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "" || len(m.Data) == 0 {
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("task: get many: %w", err)
+			}
+			if m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "" || len(m.Data) == 0 {
+				continue
+			}
+			id := strings.TrimPrefix(m.Subject, prefix)
+			r, err := decode(m.Data)
+			if err != nil {
+				return nil, fmt.Errorf("task: decode %s: %w", id, err)
+			}
+			out[id] = r
+		}
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; ok || !validKey(id) {
 			continue
 		}
-		id := strings.TrimPrefix(m.Subject, prefix)
-		r, err := decode(m.Data)
+		r, _, err := s.Get(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("task: decode %s: %w", id, err)
+			return nil, err
 		}
 		out[id] = r
 	}

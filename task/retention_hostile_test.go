@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2ad/a2ad/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -180,4 +181,76 @@ func natsJSOn(t *testing.T, srv *server.Server) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// A canceled task whose agent task id is unknown still learns it from an
+// event that names it, but events that teach no id (malformed, a bare
+// message) are dropped like any other on a task ended over a minute
+// before; a record of an earlier version (no ended_at) counts from its
+// last write, which a refusal would otherwise move on and on.
+func TestEndedTaskIsFinalWithoutAnIDToLearnOrAnEndedAt(t *testing.T) {
+	tr := newTracker(t)
+	ctx := context.Background()
+	ended := time.Now().Add(-2 * time.Hour).UTC()
+	for _, r := range []*Record{
+		{ID: "cx", Tenant: "default", AgentID: "fraud-review", State: Canceled, OutputSchema: "risk_assessment", CreatedAt: ended.Add(-time.Minute), UpdatedAt: ended, EndedAt: ended},
+		{ID: "legacy", Tenant: "default", AgentID: "fraud-review", State: Failed, OutputSchema: "risk_assessment", AgentTaskID: "a1", CreatedAt: ended.Add(-time.Minute), UpdatedAt: ended},
+	} {
+		if err := tr.Store.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, before, _ := tr.Store.Get(ctx, "cx")
+	for i, body := range []string{`{"nope":1}`, `{"message":{"messageId":"m1","role":"ROLE_AGENT","parts":[{"text":"hi"}]}}`} {
+		if err := apply(t, tr, "a2a.events.fraud-review.cx", fmt.Sprintf("cx.%d", i+1), body); DropReason(err) != DropTaskEnded {
+			t.Errorf("event %d teaching no id to a task canceled 2 h ago: %v; want drop reason %s", i+1, err, DropTaskEnded)
+		}
+	}
+	if _, after, _ := tr.Store.Get(ctx, "cx"); after != before {
+		t.Fatalf("revision %d -> %d: an event that teaches no id was written", before, after)
+	}
+	if err := apply(t, tr, "a2a.events.fraud-review.legacy", "legacy.1", working); DropReason(err) != DropTaskEnded {
+		t.Fatalf("event on a record of an earlier version ended 2 h ago: %v; want drop reason %s", err, DropTaskEnded)
+	}
+	if r := get(t, tr, "legacy"); !r.UpdatedAt.Equal(ended) {
+		t.Fatalf("legacy record's last write moved %v -> %v", ended, r.UpdatedAt)
+	}
+}
+
+// Large records: a batched read of the walk is bounded in bytes, so the
+// server never drops the reader (a2ad's own connection, which its watcher
+// and writes share) as a slow consumer; and GetMany returns every record
+// asked for, however large, in several reads.
+func TestBatchedReadsOfLargeRecordsKeepTheConnection(t *testing.T) {
+	srv, _, js := natstest.Start(t)
+	w, stop := storeOn(t, js)
+	defer stop()
+	now := time.Now().UTC()
+	big := strings.Repeat("0", 900_000)
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("big%03d", i)
+		ids = append(ids, id)
+		if err := w.Create(context.Background(), &Record{ID: id, Tenant: "t", AgentID: "evil", State: Working, CreatedAt: now, UpdatedAt: now, StatusMessage: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := natstest.Connect(t, srv)
+	rjs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, stopS := storeOn(t, rjs)
+	defer stopS()
+	<-s.Loaded()
+	slow := srv.NumSlowConsumers()
+	b, err := s.readFrom(context.Background(), 1, removalBatch)
+	if err != nil || len(b) == 0 || srv.NumSlowConsumers() != slow || nc.Status() != nats.CONNECTED {
+		t.Fatalf("readFrom: %d values, %v; slow consumers %d -> %d, connection %v; want a bounded batch and the connection kept", len(b), err, slow, srv.NumSlowConsumers(), nc.Status())
+	}
+	got, err := s.GetMany(context.Background(), append(ids, "absent", "a.b"))
+	if err != nil || len(got) != len(ids) || srv.NumSlowConsumers() != slow || nc.Status() != nats.CONNECTED {
+		t.Fatalf("GetMany of %d large records: %d, %v; slow consumers %d -> %d, connection %v; want every one and the connection kept",
+			len(ids), len(got), err, slow, srv.NumSlowConsumers(), nc.Status())
+	}
 }

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -360,6 +361,24 @@ type event struct {
 	bound                  overBound // what of item is over a2ad's bounds, if anything
 }
 
+// teaches reports whether ev would tell the canceled task r the agent's
+// task id it does not know yet (its CancelTask needs it): a well-formed
+// item that names one.
+func (ev event) teaches(r *Record) bool {
+	if r.State != Canceled || r.AgentTaskID != "" || ev.badID || ev.decErr != nil || ev.bound.what != "" || ev.item == nil {
+		return false
+	}
+	switch it := ev.item; {
+	case it.StatusUpdate != nil:
+		return it.StatusUpdate.TaskID != ""
+	case it.ArtifactUpdate != nil:
+		return it.ArtifactUpdate.TaskID != ""
+	case it.Task != nil:
+		return it.Task.ID != ""
+	}
+	return false
+}
+
 // parseEvent reads an event published on subject; an error (a *dropped)
 // when the subject is not a2a.events.<agentId>.<taskId>.
 func parseEvent(subject, msgID string, data []byte) (event, error) {
@@ -415,11 +434,11 @@ func (t *Tracker) applyTo(r *Record, ev event, o applyOpts, now time.Time) (*dro
 		// contend for, the owner's record.
 		return &dropped{reason: DropForeignTask}, errNoChange
 	}
-	if r.State.Terminal() && !r.EndedAt.IsZero() && now.Sub(r.EndedAt) > FinalAfter && (r.AgentTaskID != "" || r.State != Canceled) {
+	if end := cmp.Or(r.EndedAt, r.UpdatedAt); r.State.Terminal() && now.Sub(end) > FinalAfter && !ev.teaches(r) {
 		// Nothing is written: an agent's events must not keep rewriting
 		// its ended tasks, each write a new value for retention to wait
-		// on. A canceled task whose agent task id is still unknown learns
-		// it from any event (its CancelTask needs it).
+		// on (records of earlier versions, without ended_at, count from
+		// their last write, which each refusal would move).
 		return &dropped{reason: DropTaskEnded}, errNoChange
 	}
 	if ev.badID {
