@@ -49,7 +49,17 @@ func FuzzEvent(f *testing.F) {
 			}
 			return
 		}
-		r := &Record{ID: "t1", AgentID: "fraud-review", State: states[int(from)%len(states)], OutputSchema: "risk_assessment"}
+		// Written just now: within the minute after which an ended task's
+		// record is final to its agent (from's high bit: ended an hour ago).
+		now := time.Now()
+		r := &Record{ID: "t1", AgentID: "fraud-review", State: states[int(from)%len(states)], OutputSchema: "risk_assessment", UpdatedAt: now}
+		if r.State.Terminal() {
+			r.EndedAt = now
+			if from&0x80 != 0 {
+				r.EndedAt, r.UpdatedAt = now.Add(-time.Hour), now.Add(-time.Hour)
+			}
+		}
+		final := r.State.Terminal() && from&0x80 != 0
 		drop, err := tr.applyTo(r, ev, applyOpts{sequenced: true}, time.Now())
 		if errors.Is(err, errUnsequenced) {
 			// As the tracker does: an id without the task's sequence is
@@ -58,6 +68,12 @@ func FuzzEvent(f *testing.F) {
 		}
 		if ev.agentID != "fraud-review" && (drop == nil || drop.reason != DropForeignTask || len(r.History) != 0) {
 			t.Fatalf("foreign event: drop %v, history %v", drop, r.History)
+		}
+		if final && ev.agentID == "fraud-review" && !ev.teaches(r) {
+			if drop == nil || drop.reason != DropTaskEnded || len(r.History) != 0 || !errors.Is(err, errNoChange) {
+				t.Fatalf("event on a task ended an hour ago: drop %v err %v history %v; want task_ended, nothing written", drop, err, r.History)
+			}
+			return
 		}
 		if (ev.badID || ev.bound.what != "") && ev.agentID == "fraud-review" && (drop == nil || drop.reason != DropOutOfBounds) {
 			t.Fatalf("event over the bounds (%q, bad id %v): drop %v err %v", ev.bound.what, ev.badID, drop, err)
